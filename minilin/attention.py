@@ -115,20 +115,22 @@ def attention_loops(q, k, v, *, mask=None, causal=False, scale=None):
     B, H, N, D = q.shape
     M = k.shape[2]
     scale = 1.0 / math.sqrt(D) if scale is None else scale
-    out = torch.zeros(B, H, N, v.shape[-1], dtype=v.dtype, device=v.device)
+    rows = []
     for b in range(B):
         for h in range(H):
             for i in range(N):
                 visible = [j for j in range(M)
                            if (mask is None or bool(mask[b, j])) and (not causal or j <= i + M - N)]
-                if not visible:
-                    continue  # a query that sees no key outputs zeros
-                scores = [float((q[b, h, i] * k[b, h, j]).sum()) * scale for j in visible]
-                top = max(scores)
-                weights = [math.exp(s - top) for s in scores]
-                total = sum(weights)
-                for w, j in zip(weights, visible):
-                    out[b, h, i] += (w / total) * v[b, h, j]
+                out_i = torch.zeros(v.shape[-1], dtype=v.dtype, device=v.device)
+                if visible:  # a query that sees no key outputs zeros
+                    scores = [(q[b, h, i] * k[b, h, j]).sum() * scale for j in visible]
+                    top = max(s.detach() for s in scores)  # a constant: it cancels in w / total
+                    weights = [torch.exp(s - top) for s in scores]
+                    total = sum(weights)
+                    for w, j in zip(weights, visible):
+                        out_i = out_i + (w / total) * v[b, h, j]
+                rows.append(out_i)
+    out = torch.stack(rows).view(B, H, N, v.shape[-1])
     return out
 
 

@@ -1,0 +1,197 @@
+"""Exact attention: vectorised == loop spec (property test), == PyTorch SDPA, gradients, masks, errors."""
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import given
+from hypothesis import strategies as st
+
+from minilin.attention import (
+    MultiHeadSelfAttention,
+    attention_loops,
+    attention_matrix,
+    softmax_attention,
+)
+from minilin.probes import future_leakage, influence_matrix
+
+# float64 round-off for sums of a few dozen O(1) terms is ~1e-15; 1e-10 leaves room and still catches
+# any real error (a wrong scale, a missing mask or an off-by-one causal mask is O(1e-2) or larger).
+TOL = 1e-10
+
+
+def qkv(B=2, H=3, N=5, M=None, D=4, Dv=None, seed=0, dtype=torch.float64):
+    g = torch.Generator().manual_seed(seed)
+    M = N if M is None else M
+    Dv = D if Dv is None else Dv
+    return (torch.randn(B, H, N, D, generator=g, dtype=dtype),
+            torch.randn(B, H, M, D, generator=g, dtype=dtype),
+            torch.randn(B, H, M, Dv, generator=g, dtype=dtype))
+
+
+@st.composite
+def attention_cases(draw):
+    B, H = draw(st.integers(1, 2)), draw(st.integers(1, 3))
+    N, M = draw(st.integers(1, 6)), draw(st.integers(1, 6))
+    D, Dv = draw(st.integers(1, 5)), draw(st.integers(1, 5))
+    causal = draw(st.booleans())
+    use_mask = draw(st.booleans())
+    mask_bits = draw(st.lists(st.booleans(), min_size=B * M, max_size=B * M))
+    seed = draw(st.integers(0, 2**16))
+    q, k, v = qkv(B, H, N, M, D, Dv, seed=seed)
+    mask = torch.tensor(mask_bits).view(B, M) if use_mask else None
+    return q, k, v, mask, causal
+
+
+@given(attention_cases())
+def test_vectorised_matches_loop_spec(case):
+    q, k, v, mask, causal = case
+    fast = softmax_attention(q, k, v, mask=mask, causal=causal)
+    slow = attention_loops(q, k, v, mask=mask, causal=causal)
+    assert fast.shape == slow.shape
+    assert torch.isfinite(fast).all()
+    torch.testing.assert_close(fast, slow, rtol=0, atol=TOL)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("use_mask", [False, True])
+def test_matches_sdpa_float64(causal, use_mask):
+    q, k, v = qkv(B=2, H=4, N=33, D=16, seed=1)
+    mask = None
+    sdpa_mask = None
+    if use_mask:
+        # every row keeps its first key, so SDPA (which NaNs on fully-masked rows) stays defined
+        mask = torch.rand(2, 33, generator=torch.Generator().manual_seed(2)) > 0.3
+        mask[:, 0] = True
+        sdpa_mask = mask[:, None, None, :]
+    if causal and use_mask:
+        sdpa_mask = sdpa_mask & torch.ones(33, 33, dtype=torch.bool).tril()
+        ours = softmax_attention(q, k, v, mask=mask, causal=True)
+        ref = F.scaled_dot_product_attention(q, k, v, attn_mask=sdpa_mask)
+    else:
+        ours = softmax_attention(q, k, v, mask=mask, causal=causal)
+        ref = F.scaled_dot_product_attention(q, k, v, attn_mask=sdpa_mask, is_causal=causal)
+    torch.testing.assert_close(ours, ref, rtol=0, atol=TOL)
+
+
+def test_attention_matrix_rows_are_distributions():
+    q, k, _ = qkv(N=7, M=9, seed=3)
+    mask = torch.ones(2, 9, dtype=torch.bool)
+    mask[1, 6:] = False
+    p = attention_matrix(q, k, mask=mask, causal=True)
+    assert p.shape == (2, 3, 7, 9)
+    assert (p >= 0).all()
+    torch.testing.assert_close(p.sum(-1), torch.ones(2, 3, 7, dtype=p.dtype), rtol=0, atol=TOL)
+    assert (p[1, :, :, 6:] == 0).all()                       # padded keys get no weight
+    i, j = torch.arange(7)[:, None], torch.arange(9)[None, :]
+    assert (p[..., j > i + 2] == 0).all()                    # bottom-right causal alignment (M - N = 2)
+
+
+def test_fully_masked_rows_are_zero_not_nan():
+    q, k, v = qkv(N=4, seed=4)
+    mask = torch.ones(2, 4, dtype=torch.bool)
+    mask[0] = False                                          # batch 0: nothing to attend to
+    mask[1, :2] = False                                      # batch 1: causal rows 0, 1 see no key
+    for causal in (False, True):
+        out = softmax_attention(q, k, v, mask=mask, causal=causal)
+        assert torch.isfinite(out).all()
+        assert (out[0] == 0).all()
+    out = softmax_attention(q, k, v, mask=mask, causal=True)
+    assert (out[1, :, :2] == 0).all() and (out[1, :, 2:] != 0).any()
+    q.requires_grad_(True)
+    softmax_attention(q, k, v, mask=mask, causal=True).sum().backward()
+    assert torch.isfinite(q.grad).all() and (q.grad[0] == 0).all()
+
+
+def test_stable_for_huge_scores():
+    q, k, v = qkv(N=6, seed=5, dtype=torch.float32)
+    out = softmax_attention(q * 1e4, k * 1e4, v)             # scores ~1e8: naive exp overflows
+    assert torch.isfinite(out).all()
+    naive = torch.exp(q * 1e4 @ (k * 1e4).transpose(-2, -1) / 2)
+    assert not torch.isfinite(naive).all()                   # ...which is why we subtract the max
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_gradcheck(causal):
+    q, k, v = (t.requires_grad_(True) for t in qkv(B=1, H=2, N=4, D=3, seed=6))
+    mask = torch.tensor([[True, True, False, True]])
+    assert torch.autograd.gradcheck(
+        lambda q, k, v: softmax_attention(q, k, v, mask=mask, causal=causal), (q, k, v))
+
+
+def test_scale_argument():
+    q, k, v = qkv(seed=7)
+    torch.testing.assert_close(softmax_attention(q, k, v, scale=1.0),
+                               softmax_attention(q * math.sqrt(4), k, v), rtol=0, atol=TOL)
+
+
+def test_leakage_probe_separates_causal_from_full():
+    x = torch.randn(1, 2, 8, 4, generator=torch.Generator().manual_seed(8), dtype=torch.float64)
+    g = torch.Generator().manual_seed(0)
+    assert future_leakage(lambda t: softmax_attention(t, t, t, causal=True), x, seq_dim=2, generator=g) == 0.0
+    assert future_leakage(lambda t: softmax_attention(t, t, t), x, seq_dim=2, generator=g) > 1e-3
+    infl = influence_matrix(lambda t: softmax_attention(t, t, t, causal=True), x, seq_dim=2, generator=g)
+    assert infl.shape == (8, 8) and (infl.diagonal() > 0).all()
+
+
+def test_module_matches_manual_heads_and_is_pluggable():
+    torch.manual_seed(0)
+    m = MultiHeadSelfAttention(dim=12, heads=3).double()
+    x = torch.randn(2, 5, 12, dtype=torch.float64)
+    mask = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], dtype=torch.bool)
+    q = m.to_q(x).view(2, 5, 3, 4).transpose(1, 2)
+    k = m.to_k(x).view(2, 5, 3, 4).transpose(1, 2)
+    v = m.to_v(x).view(2, 5, 3, 4).transpose(1, 2)
+    manual = m.to_out(attention_loops(q, k, v, mask=mask, causal=True).transpose(1, 2).reshape(2, 5, 12))
+    torch.testing.assert_close(m(x, mask=mask, causal=True), manual, rtol=0, atol=TOL)
+
+    calls = []
+
+    def spy(q, k, v, *, mask=None, causal=False):
+        calls.append((q.shape, causal))
+        return torch.zeros_like(v)
+
+    m2 = MultiHeadSelfAttention(dim=12, heads=3, mixer=spy).double()
+    m2.load_state_dict(m.state_dict())
+    out = m2(x, causal=True)
+    assert calls == [((2, 3, 5, 4), True)]
+    torch.testing.assert_close(out, m.to_out.bias.expand(2, 5, 12))  # zero mix -> only the output bias
+
+    assert future_leakage(lambda t: m(t, causal=True), x[:1], generator=torch.Generator().manual_seed(1)) == 0.0
+
+
+@pytest.mark.parametrize("bad, match", [
+    (lambda q, k, v: (q[0], k, v, None), r"q must have shape \(batch, heads, seq, head_dim\)"),
+    (lambda q, k, v: (q, k[:, :2], v, None), r"agree on \(batch, heads\)"),
+    (lambda q, k, v: (q, k[..., :3], v, None), r"q and k must share head_dim"),
+    (lambda q, k, v: (q, k, v[:, :, :4], None), r"same number of positions"),
+    (lambda q, k, v: (q, k.float(), v, None), r"share a dtype"),
+    (lambda q, k, v: (q.long(), k.long(), v.long(), None), r"floating-point"),
+    (lambda q, k, v: (q, k, v, torch.ones(2, 5)), r"mask must be a bool tensor"),
+    (lambda q, k, v: (q, k, v, torch.ones(2, 4, dtype=torch.bool)), r"mask must have shape \(batch, seq\) = \(2, 5\)"),
+    (lambda q, k, v: (q, k, v, torch.ones(2, 1, 1, 5, dtype=torch.bool)), r"mask must have shape"),
+])
+def test_errors_name_the_fix(bad, match):
+    q, k, v, mask = bad(*qkv(seed=9))
+    with pytest.raises(ValueError, match=match):
+        softmax_attention(q, k, v, mask=mask)
+    with pytest.raises(ValueError, match=match):
+        attention_loops(q, k, v, mask=mask)
+
+
+def test_module_errors():
+    with pytest.raises(ValueError, match="not divisible by heads"):
+        MultiHeadSelfAttention(dim=10, heads=3)
+    m = MultiHeadSelfAttention(dim=8, heads=2)
+    with pytest.raises(ValueError, match=r"x must have shape \(batch, seq, 8\)"):
+        m(torch.randn(2, 5, 6))
+
+
+def test_loop_spec_gradients_match_vectorised():
+    q, k, v = (t.requires_grad_(True) for t in qkv(B=1, H=2, N=4, M=5, D=3, seed=10))
+    mask = torch.tensor([[True, False, True, True, True]])
+    w = torch.randn(1, 2, 4, 3, generator=torch.Generator().manual_seed(11), dtype=torch.float64)
+    g_fast = torch.autograd.grad((softmax_attention(q, k, v, mask=mask, causal=True) * w).sum(), (q, k, v))
+    g_slow = torch.autograd.grad((attention_loops(q, k, v, mask=mask, causal=True) * w).sum(), (q, k, v))
+    for a, b in zip(g_fast, g_slow):
+        torch.testing.assert_close(a, b, rtol=0, atol=TOL)

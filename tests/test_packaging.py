@@ -1,0 +1,54 @@
+"""The course installs the same packages whether a learner uses pip (pyproject) or conda (environment.yml)."""
+import re
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import yaml  # PyYAML comes with JupyterLab (jupyter-events), part of the course extra
+
+ROOT = Path(__file__).resolve().parent.parent
+CONDA_NAMES = {"pytorch": "torch"}  # conda package name -> PyPI name
+
+
+def requirement_name(req):
+    return re.split(r"[<>=!~\[ ;]", req.strip(), maxsplit=1)[0].lower().replace("_", "-")
+
+
+def pyproject_packages():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    reqs = project["dependencies"] + [r for extra in project["optional-dependencies"].values() for r in extra]
+    return {requirement_name(r) for r in reqs}
+
+
+def environment_packages():
+    deps = yaml.safe_load((ROOT / "environment.yml").read_text())["dependencies"]
+    conda = [d for d in deps if isinstance(d, str)]
+    pip = [r for d in deps if isinstance(d, dict) for r in d.get("pip", [])]
+    names = {CONDA_NAMES.get(requirement_name(d), requirement_name(d)) for d in conda}
+    names |= {requirement_name(r) for r in pip if not r.startswith("-e")}
+    return names - {"python", "pip"}
+
+
+def test_environment_yml_lists_the_same_packages_as_pyproject():
+    env = environment_packages()
+    assert env == pyproject_packages(), (
+        f"only in environment.yml: {sorted(env - pyproject_packages())}; "
+        f"only in pyproject.toml: {sorted(pyproject_packages() - env)}")
+
+
+def test_grade_command_scores_solutions_and_stubs():
+    def grade(impl):
+        return subprocess.run([sys.executable, "-m", "minilin", "grade", "--chapter", "1", "--impl", impl],
+                              capture_output=True, text=True, cwd=ROOT, timeout=300)
+    solved, stubs = grade("solutions"), grade("exercises")
+    assert solved.returncode == 0, solved.stderr
+    assert "score: 5/5 tasks (100%) [solutions]" in solved.stdout
+    assert "score: 0/5 tasks (0%) [exercises]" in stubs.stdout
+
+
+def test_cli_help_lists_every_command():
+    out = subprocess.run([sys.executable, "-m", "minilin", "--help"], capture_output=True, text=True,
+                         cwd=ROOT, timeout=120).stdout
+    for command in ("grade", "bench", "train", "sample"):
+        assert command in out
