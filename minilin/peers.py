@@ -7,6 +7,99 @@ Peers: `linformer` 0.2.3 (LinformerSelfAttention), `performer-pytorch` 1.1.4 (Fa
 
 # ---- linformer (package `linformer`) ----
 
+def _linformer_layout_check(ours):
+    """Refuse, with the reason, the configurations of our layer that linformer 0.2.3 cannot express."""
+    import torch
+    if ours.projection != "linear":
+        raise ValueError(f"the `linformer` package only has linear E/F; got projection={ours.projection!r}")
+    if ours.sharing == "none":
+        raise ValueError("the `linformer` package shares one E, F across heads; sharing='none' (per-head E_i) "
+                         "has no counterpart there. Use sharing='headwise', 'kv' or 'layerwise'")
+    if any(lin.bias is not None for lin in (ours.to_q, ours.to_k, ours.to_v)):
+        raise ValueError("the `linformer` package's to_q/to_k/to_v have no bias; build ours with bias=False")
+    shared = ours.sharing in ("kv", "layerwise")
+    if shared and not torch.equal(ours.to_k.weight, ours.to_v.weight):
+        raise ValueError("with share_kv=True the `linformer` package uses the keys as values (values = to_k(x), "
+                         "one projection for E and F *and* for to_k/to_v); copy to_k.weight into to_v.weight "
+                         "first, or use sharing='headwise'")
+    return shared
+
+
+def linformer_to_peer(ours):
+    """A `linformer.LinformerSelfAttention` (0.2.3) holding the weights of our `LinformerSelfAttention`.
+
+    Mapping: to_q/to_k/to_v/to_out copy by name; their proj_k, proj_v are (seq_len, k) and applied as
+    einsum("bnd,nk->bkd"), so proj_k = Eᵀ, proj_v = Fᵀ. sharing "kv"/"layerwise" maps to share_kv=True, which
+    in the peer also makes the values equal the keys (no to_v): ours must then have to_v.weight == to_k.weight.
+    Same dtype and device as ours. Their dropout acts on the attention probabilities, ours on the block's
+    output; compare in eval mode or with dropout=0. The peer has no mask and no causal flag.
+    """
+    import torch
+
+    from linformer import LinformerSelfAttention as Peer
+    shared = _linformer_layout_check(ours)
+    w = ours.to_q.weight
+    with torch.random.fork_rng(devices=[]):  # the peer's constructor draws its own init; keep the caller's RNG
+        peer = Peer(ours.dim, ours.seq_len, k=ours.k, heads=ours.heads, dim_head=ours.dim_head, share_kv=shared)
+    peer = peer.to(dtype=w.dtype, device=w.device)
+    with torch.no_grad():
+        for name in ("to_q", "to_k", "to_out"):
+            getattr(peer, name).load_state_dict(getattr(ours, name).state_dict())
+        peer.proj_k.copy_(ours.E.T)  # (seq_len, k)
+        if not shared:
+            peer.to_v.load_state_dict(ours.to_v.state_dict())
+            peer.proj_v.copy_(ours.F.T)
+    return peer
+
+
+def linformer_from_peer(peer, **kwargs):
+    """Our `LinformerSelfAttention` holding the weights of a `linformer.LinformerSelfAttention` (0.2.3).
+
+    share_kv=False -> sharing="headwise"; share_kv=True -> sharing="kv" with to_v = a copy of to_k (the
+    peer computes values with to_k). one_kv_head=True (one key/value head for all query heads) has no
+    counterpart in minilin and is refused. kwargs go to our constructor (e.g. dropout). Same dtype/device.
+    """
+    import torch
+
+    from minilin.linformer import LinformerSelfAttention
+    heads, dim_head = peer.heads, peer.dim_head
+    if peer.to_k.out_features != heads * dim_head:
+        raise ValueError("one_kv_head=True (a single key/value head shared by all query heads) has no "
+                         "counterpart in minilin's LinformerSelfAttention; build the peer with one_kv_head=False")
+    w = peer.to_q.weight
+    sharing = "kv" if peer.share_kv else "headwise"
+    with torch.random.fork_rng(devices=[]):
+        ours = LinformerSelfAttention(peer.to_q.in_features, heads=heads, seq_len=peer.seq_len, k=peer.k,
+                                      sharing=sharing, dim_head=dim_head, **kwargs)
+    ours = ours.to(dtype=w.dtype, device=w.device)
+    with torch.no_grad():
+        for name in ("to_q", "to_k", "to_out"):
+            getattr(ours, name).load_state_dict(getattr(peer, name).state_dict())
+        ours.E.copy_(peer.proj_k.T)  # (k, seq_len)
+        if peer.share_kv:
+            ours.to_v.weight.copy_(peer.to_k.weight)
+        else:
+            ours.to_v.load_state_dict(peer.to_v.state_dict())
+            ours.F.copy_(peer.proj_v.T)
+    return ours
+
+
+def linformer_grads_in_peer_layout(ours):
+    """Our parameters' .grad rearranged as the peer's parameters: {peer name: tensor}.
+
+    proj_k = E.grad ᵀ, proj_v = F.grad ᵀ; under share_kv the peer's to_k serves as keys and values, so its
+    gradient is the sum of our to_k and to_v gradients (ours are two tied-at-start copies).
+    """
+    shared = ours.sharing in ("kv", "layerwise")
+    grads = {"to_q.weight": ours.to_q.weight.grad, "to_out.weight": ours.to_out.weight.grad,
+             "to_out.bias": ours.to_out.bias.grad, "proj_k": ours.E.grad.T}
+    if shared:
+        grads["to_k.weight"] = ours.to_k.weight.grad + ours.to_v.weight.grad
+    else:
+        grads.update({"to_k.weight": ours.to_k.weight.grad, "to_v.weight": ours.to_v.weight.grad,
+                      "proj_v": ours.F.grad.T})
+    return grads
+
 # ---- performer-pytorch ----
 
 class PerformerPytorchFAVOR:
@@ -54,7 +147,7 @@ class PerformerPytorchFAVOR:
 #       efficient_attention times D^-1/2 (the factor is a leftover of softmax scaling; rows sum to D^-1/2);
 #   causal `causal_linear_attn`: exp(k) features, buckets of `blindspot_size` positions, denominator clamped
 #       at 1e-3; the D^-1/2 cancels in its ratio. Equal to efficient_attention(causal=True, bucket_size=...)
-#       wherever that denominator exceeds 1e-3 (always for O(1) keys; keys below about -7 hit the clamp).
+#       wherever that denominator exceeds 1e-3 (always for O(1) keys; very negative keys, e^k ~ 1e-3, hit it).
 
 def _lat_causal_bucket(lat):
     """(causal, bucket_size) of a linear_attention_transformer 0.19.1 SelfAttention, read off its global_attn_fn."""
@@ -83,8 +176,9 @@ def lat_self_attention_from_ours(ours, *, causal=False):
     if ours.to_q.bias is not None:
         raise ValueError("linear-attention-transformer's SelfAttention has no q/k/v bias: build ours with bias=False")
     bucket = ours.bucket_size if causal else None
-    lat = SelfAttention(ours.dim, ours.heads, causal=causal, dim_head=ours.dim_head,
-                        blindspot_size=1 if bucket is None else bucket)
+    with torch.random.fork_rng(devices=[]):  # its init draws from the global RNG; leave the caller's alone
+        lat = SelfAttention(ours.dim, ours.heads, causal=causal, dim_head=ours.dim_head,
+                            blindspot_size=1 if bucket is None else bucket)
     lat = lat.to(dtype=ours.to_q.weight.dtype, device=ours.to_q.weight.device)
     factor = 1.0 if causal else ours.dim_head ** 0.5
     with torch.no_grad():
@@ -112,7 +206,8 @@ def ours_from_lat_self_attention(lat):
         raise ValueError("receives_context=True is cross-attention; EfficientSelfAttention is self-attention")
     causal, bucket = _lat_causal_bucket(lat)
     dim = lat.to_q.in_features
-    ours = EfficientSelfAttention(dim, heads=lat.heads, dim_head=lat.d_heads, bucket_size=bucket)
+    with torch.random.fork_rng(devices=[]):
+        ours = EfficientSelfAttention(dim, heads=lat.heads, dim_head=lat.d_heads, bucket_size=bucket)
     ours = ours.to(dtype=lat.to_q.weight.dtype, device=lat.to_q.weight.device)
     _copy_lat_self_attention(lat, ours, causal)
     return ours.train(lat.training), causal
@@ -129,22 +224,6 @@ def _copy_lat_self_attention(lat, ours, causal):
         ours.to_out.bias.copy_(lat.to_out.bias)
 
 
-def _copy_lat_linformer(lat, ours):
-    """linformer 0.2.3 LinformerSelfAttention (inside LAT's Linformer mode) -> our LinformerSelfAttention.
-
-    Their proj_k, proj_v are (seq_len, k) and act as einsum('bnd,nk->bkd'): our E, F (k, seq_len) are the
-    transposes. Their keys are projected before the heads are split, which is the same as one E shared by
-    all heads (our sharing="headwise").
-    """
-    import torch
-
-    with torch.no_grad():
-        for name in ("to_q", "to_k", "to_v", "to_out"):
-            getattr(ours, name).load_state_dict(getattr(lat, name).state_dict())
-        ours.E.copy_(lat.proj_k.T)
-        ours.F.copy_(lat.proj_v.T)
-
-
 def blocks_from_lat_transformer(lat):
     """Our pre-norm Transformer blocks (minilin.model.Block) carrying a LinearAttentionTransformer's weights.
 
@@ -158,6 +237,7 @@ def blocks_from_lat_transformer(lat):
     heads, product-key memories (pkm_layers), axial or context layers, shift_tokens, blindspot_size > 1
     (TinyLM's Block builds plain-causal efficient attention).
     """
+    import torch
     import torch.nn as nn
     from linear_attention_transformer.linear_attention_transformer import (
         Chunk,
@@ -204,14 +284,94 @@ def blocks_from_lat_transformer(lat):
         if kind == "linformer" and (not isinstance(attn, TheirLinformer) or attn.share_kv
                                     or attn.to_k.out_features != heads * dim_head):
             raise ValueError(f"layer {layer}: only Linformer layers with share_kv=False, one_kv_head=False")
-        block = Block(config, layer).to(dtype=pre_attn.norm.weight.dtype, device=pre_attn.norm.weight.device)
+        with torch.random.fork_rng(devices=[]):
+            block = Block(config, layer).to(dtype=pre_attn.norm.weight.dtype, device=pre_attn.norm.weight.device)
         block.ln1.load_state_dict(pre_attn.norm.state_dict())
         block.ln2.load_state_dict(pre_ff.norm.state_dict())
         block.mlp.fc.load_state_dict(ff.w1.state_dict())
         block.mlp.proj.load_state_dict(ff.w2.state_dict())
         if kind == "efficient":
             _copy_lat_self_attention(attn, block.attn, causal)
-        else:
-            _copy_lat_linformer(attn, block.attn)
+        else:  # the `linformer` package's own layer: its adapter (section above) maps proj_k, proj_v to E, F
+            block.attn = linformer_from_peer(attn)
         blocks.append(block.train(lat.training))
     return blocks, causal
+
+
+def lat_param_pairs(ours, lat, *, causal):
+    """(our parameter, their parameter, map) for a transplanted pair of attention layers or block stacks.
+
+    ours/lat: EfficientSelfAttention / linear_attention_transformer 0.19.1 SelfAttention, or the ModuleList of
+    minilin.model.Block returned by `blocks_from_lat_transformer` / their LinearAttentionTransformer.
+    `map` turns their parameter (or its gradient) into ours: identity, a transpose (E = proj_kᵀ), or, for
+    to_out.weight when non-causal, a division by √D. Gradients follow the inverse of the value map (our
+    weight is theirs / √D, so our gradient is theirs · √D): use `grad_map` for gradients.
+    """
+    import torch.nn as nn
+    from linear_attention_transformer.linear_attention_transformer import SelfAttention
+
+    def same(t):
+        return t
+
+    def transpose(t):
+        return t.T
+
+    if isinstance(lat, SelfAttention):
+        root = lat.d_heads ** 0.5
+        out = same if causal else (lambda t: t / root)
+        out_grad = same if causal else (lambda t: t * root)
+        pairs = [(getattr(ours, n).weight, getattr(lat, n).weight, same, same) for n in ("to_q", "to_k", "to_v")]
+        pairs.append((ours.to_out.weight, lat.to_out.weight, out, out_grad))
+        pairs.append((ours.to_out.bias, lat.to_out.bias, same, same))
+        return pairs
+    if not isinstance(ours, nn.ModuleList):
+        raise TypeError("pass an EfficientSelfAttention and a SelfAttention, or the blocks returned by "
+                        "blocks_from_lat_transformer and their LinearAttentionTransformer")
+    pairs = []
+    for block, (pre_attn, pre_ff) in zip(ours, lat.layers.layers):
+        ff = getattr(pre_ff.fn, "fn", pre_ff.fn)
+        for mine, theirs in ((block.ln1, pre_attn.norm), (block.ln2, pre_ff.norm), (block.mlp.fc, ff.w1),
+                             (block.mlp.proj, ff.w2)):
+            pairs += [(mine.weight, theirs.weight, same, same), (mine.bias, theirs.bias, same, same)]
+        attn = pre_attn.fn
+        if isinstance(attn, SelfAttention):
+            pairs += lat_param_pairs(block.attn, attn, causal=causal)
+        else:  # the `linformer` package's LinformerSelfAttention
+            pairs += [(getattr(block.attn, n).weight, getattr(attn, n).weight, same, same)
+                      for n in ("to_q", "to_k", "to_v", "to_out")]
+            pairs += [(block.attn.to_out.bias, attn.to_out.bias, same, same),
+                      (block.attn.E, attn.proj_k, transpose, transpose),
+                      (block.attn.F, attn.proj_v, transpose, transpose)]
+    return pairs
+
+
+def compare_with_peer(ours, theirs, inputs, *, param_pairs=(), seed=0):
+    """Largest absolute differences between two implementations of one function: outputs and gradients.
+
+    ours, theirs: callables taking *inputs (float64 tensors, cloned per side). param_pairs: (our parameter,
+    their parameter, value map, grad map) as from `lat_param_pairs` (their gradient mapped by grad map is
+    compared with ours). The gradients are those of <w, out> for one random cotangent w (from `seed`), so no
+    dependence cancels by symmetry. Returns {"output", "input_grad", "weight_grad"} (weight_grad NaN when no
+    pairs). Parameters' .grad are not touched (torch.autograd.grad).
+    """
+    import torch
+
+    ins = [[t.detach().clone().requires_grad_(t.is_floating_point()) for t in inputs] for _ in range(2)]
+    outs = [ours(*ins[0]), theirs(*ins[1])]
+    if outs[0].shape != outs[1].shape:
+        raise ValueError(f"the outputs differ in shape: ours {tuple(outs[0].shape)}, theirs {tuple(outs[1].shape)}")
+    w = torch.randn(outs[0].shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    w = w.to(dtype=outs[0].dtype, device=outs[0].device)
+    grads = []
+    for side, (out, xs) in enumerate(zip(outs, ins)):
+        params = [pair[side] for pair in param_pairs]
+        grads.append(torch.autograd.grad((out * w).sum(), [x for x in xs if x.requires_grad] + params))
+    n_in = sum(x.requires_grad for x in ins[0])
+
+    def gap(pairs):
+        return max(((a - b).abs().max().item() for a, b in pairs), default=float("nan"))
+
+    return {"output": gap([(outs[0], outs[1])]),
+            "input_grad": gap(zip(grads[0][:n_in], grads[1][:n_in])),
+            "weight_grad": gap((g_ours, grad_map(g_theirs)) for g_ours, g_theirs, (_, _, _, grad_map)
+                               in zip(grads[0][n_in:], grads[1][n_in:], param_pairs))}

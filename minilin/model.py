@@ -1,0 +1,427 @@
+"""TinyLM: a small pre-norm Transformer over bytes whose attention is exact, SDPA, Linformer, Performer or
+efficient attention — per layer — so the variants can be trained and compared on one footing.
+
+    idx (B, N) -> token embedding (+ learned positions) -> depth × [x + attn(LN(x)); x + MLP(LN(x))]
+               -> LN -> head -> logits (B, N, 256)
+
+Positions: "learned" absolute embeddings (GPT-2) or "rope" (rotary embeddings, Su et al. 2021, arXiv
+2104.09864), which rotate q and k *before* the attention mixes them — so before Performer's feature map,
+as the linear-attention literature recommends (RoPE needs no position table, and linear attention then
+keeps its O(1)-per-token recurrent form).
+
+Causal or not: `LMConfig.causal` (True = next-byte LM). Linformer cannot be causal (its E/F projections mix
+every position into each projected key, the future included); a causal Linformer model raises ValueError.
+
+Also here: the two reference models we measure TinyLM against — `TransformerEncoderLM` (PyTorch's own
+nn.TransformerEncoder, the benchmark anchor) and `LinearAttentionTransformerBaseline`
+(linear-attention-transformer 0.19.1's LinearAttentionTransformerLM, the library baseline).
+"""
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from minilin.attention import MultiHeadSelfAttention, allowed_keys, check_attention_inputs, softmax_attention
+from minilin.data import IGNORE, MASK_ID, VOCAB_SIZE
+
+ATTENTIONS = ("exact", "sdpa", "linformer", "performer", "efficient")
+POSITIONS = ("learned", "rope", "none")
+
+
+@dataclass
+class LMConfig:
+    """TinyLM's shape and attention. Defaults: the CPU-sized anchor config (L=256, d=128, 2 layers, 4 heads).
+
+    attention: one name from ATTENTIONS, or a list with one name per layer (a hybrid, e.g.
+    ["performer", "exact"]: linear attention below, exact above). linformer_k: an int, or one per layer.
+    """
+    vocab_size: int = VOCAB_SIZE      # classes predicted; the embedding also has a row for MASK_ID
+    block_size: int = 256             # longest sequence (learned positions, Linformer's seq_len)
+    dim: int = 128
+    depth: int = 2
+    heads: int = 4
+    dim_head: int | None = None       # default dim // heads
+    ff_mult: int = 4
+    dropout: float = 0.0
+    attention: str | list = "exact"
+    positions: str = "learned"
+    causal: bool = True               # next-byte LM; False = bidirectional (masked LM, Linformer)
+    linformer_k: int | list = 64
+    linformer_sharing: str = "headwise"  # "none", "headwise", "kv", "layerwise" (one E for all layers)
+    linformer_projection: str = "linear"  # "linear" (learned E/F), "mean" (pooling), "conv"
+    nb_features: int | None = None    # Performer's m; None = int(dim_head · ln dim_head)
+    redraw_interval: int | None = 1000  # Performer: redraw features every this many training forwards
+    kernel: str = "positive"          # Performer's feature map
+    seed: int = 0                     # Performer projection seeds (layer l uses seed + l)
+
+    def layer_attention(self):
+        """The attention name of each layer (a list of length depth)."""
+        kinds = [self.attention] * self.depth if isinstance(self.attention, str) else list(self.attention)
+        if len(kinds) != self.depth:
+            raise ValueError(f"attention lists one name per layer: got {len(kinds)} names for depth={self.depth}")
+        for kind in kinds:
+            if kind not in ATTENTIONS:
+                raise ValueError(f"unknown attention {kind!r}; choose from {ATTENTIONS}")
+        return kinds
+
+    def layer_k(self):
+        """Linformer's projected length k for each layer."""
+        ks = [self.linformer_k] * self.depth if isinstance(self.linformer_k, int) else list(self.linformer_k)
+        if len(ks) != self.depth:
+            raise ValueError(f"linformer_k lists one k per layer: got {len(ks)} for depth={self.depth}")
+        return ks
+
+    def head_dim(self):
+        if self.dim_head is not None:
+            return self.dim_head
+        if self.dim % self.heads:
+            raise ValueError(f"dim={self.dim} is not divisible by heads={self.heads}; set dim_head")
+        return self.dim // self.heads
+
+
+CAUSAL_LINFORMER = (
+    "Linformer cannot be causal: E and F project the whole sequence (all n positions, the future included) "
+    "onto k slots before any query looks at them, so every output would depend on later tokens "
+    "(lucidrains/linformer#4). For a next-byte LM use attention='exact', 'sdpa', 'performer' or "
+    "'efficient'; for Linformer use causal=False with the masked-LM objective "
+    "(ByteCorpus(objective='mlm'), `--objective mlm`).")
+
+
+class Rotary:
+    """Rotary position embedding (RoPE, arXiv 2104.09864): rotate feature pairs of q and k by position·θ_i.
+
+    q, k: (B, H, N, D) with even D; position of token n is offset + n. θ_i = base^(-2i/D). The pairs are
+    (x_i, x_{i+D/2}) ("rotate half", GPT-NeoX layout). q_m·k_n then depends on m − n only. A plain callable
+    (no parameters), used as MultiHeadSelfAttention.rotary: (q, k, offset) -> (q, k).
+    """
+
+    def __init__(self, dim_head, base=10000.0):
+        if dim_head % 2:
+            raise ValueError(f"rotary embeddings rotate pairs of features: dim_head must be even, got {dim_head}")
+        self.dim_head, self.base = dim_head, base
+
+    def cos_sin(self, n, offset, device, dtype):
+        half = self.dim_head // 2
+        theta = self.base ** (-torch.arange(half, dtype=torch.float64) / half)  # (D/2,)
+        angle = torch.arange(offset, offset + n, dtype=torch.float64)[:, None] * theta  # (N, D/2)
+        angle = torch.cat([angle, angle], dim=-1)  # (N, D)
+        return angle.cos().to(device=device, dtype=dtype), angle.sin().to(device=device, dtype=dtype)
+
+    @staticmethod
+    def rotate_half(x):
+        x1, x2 = x.chunk(2, dim=-1)
+        return torch.cat([-x2, x1], dim=-1)
+
+    def __call__(self, q, k, offset=0):
+        cos, sin = self.cos_sin(q.shape[-2], offset, q.device, q.dtype)
+        return q * cos + self.rotate_half(q) * sin, k * cos + self.rotate_half(k) * sin
+
+
+def sdpa_attention(q, k, v, *, mask=None, causal=False):
+    """Exact attention through F.scaled_dot_product_attention (fused kernels), minilin's mask semantics.
+
+    q: (B, H, N, D)   k, v: (B, H, M, D)   mask: (B, M) bool True = real  ->  (B, H, N, D)
+    Bottom-right causal alignment when N != M and zeros (not NaN) for queries that see no key, as in
+    softmax_attention; the fast path (is_causal / no mask) is taken whenever it means the same thing.
+    """
+    check_attention_inputs(q, k, v, mask)
+    n, m = q.shape[2], k.shape[2]
+    if mask is None and (not causal or n == m):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    allowed = allowed_keys(n, m, mask=mask, causal=causal, device=q.device)  # (B|1, 1, N, M)
+    empty = ~allowed.any(dim=-1, keepdim=True)  # (B|1, 1, N, 1) queries with no visible key
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed | empty)  # empty rows: any finite value
+    return out.masked_fill(empty, 0.0)  # ... then zeros, with zero gradient
+
+
+class ExactSelfAttention(MultiHeadSelfAttention):
+    """Exact (or SDPA) self-attention with `step` for decoding one token at a time with a key/value cache.
+
+    step(x_t, state) -> (y_t, state): x_t (B, T, dim); the cache grows by T keys per call (memory O(t),
+    unlike Performer's O(1) state); rotary is applied at the cached position.
+    """
+
+    def __init__(self, dim, heads=8, dim_head=None, dropout=0.0, bias=False, sdpa=False):
+        super().__init__(dim, heads=heads, dim_head=dim_head, dropout=dropout, bias=bias,
+                         mixer=sdpa_attention if sdpa else softmax_attention)
+
+    def step(self, x_t, state=None):
+        q, k, v = (self.split_heads(f(x_t)) for f in (self.to_q, self.to_k, self.to_v))  # (B, H, T, Dh)
+        position = 0 if state is None else state["k"].shape[2]
+        if self.rotary is not None:
+            q, k = self.rotary(q, k, position)
+        if state is not None:
+            k, v = torch.cat([state["k"], k], dim=2), torch.cat([state["v"], v], dim=2)  # (B, H, t, Dh)
+        out = self.mix(q, k, v, causal=True)  # bottom-right: the T new queries see the cache and the past
+        return self.dropout(self.to_out(self.merge_heads(out))), {"k": k, "v": v}
+
+
+def make_attention(config, layer, shared_E=None):
+    """The attention module of layer `layer` (0-based), as named by config.layer_attention()[layer].
+
+    shared_E: with linformer_sharing="layerwise", the E parameter of the model's first Linformer layer.
+    """
+    kind = config.layer_attention()[layer]
+    common = dict(dim_head=config.head_dim(), dropout=config.dropout)
+    if kind in ("exact", "sdpa"):
+        return ExactSelfAttention(config.dim, config.heads, sdpa=kind == "sdpa", **common)
+    if kind == "linformer":
+        if config.causal:
+            raise ValueError(CAUSAL_LINFORMER)
+        from minilin.linformer import LinformerSelfAttention
+        return LinformerSelfAttention(config.dim, heads=config.heads, seq_len=config.block_size,
+                                      k=config.layer_k()[layer], sharing=config.linformer_sharing,
+                                      projection=config.linformer_projection, E=shared_E, **common)
+    if kind == "performer":
+        from minilin.performer import PerformerSelfAttention
+        return PerformerSelfAttention(config.dim, heads=config.heads, nb_features=config.nb_features,
+                                      kernel=config.kernel, redraw_interval=config.redraw_interval,
+                                      seed=config.seed + layer, **common)
+    from minilin.efficient import EfficientSelfAttention
+    return EfficientSelfAttention(config.dim, heads=config.heads, **common)
+
+
+class MLP(nn.Module):
+    def __init__(self, dim, mult=4, dropout=0.0):
+        super().__init__()
+        self.fc, self.proj = nn.Linear(dim, mult * dim), nn.Linear(mult * dim, dim)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x):
+        return self.dropout(self.proj(F.gelu(self.fc(x))))
+
+
+class Block(nn.Module):
+    """Pre-norm Transformer block: x + attn(LN(x)), then x + MLP(LN(x))."""
+
+    def __init__(self, config, layer, shared_E=None):
+        super().__init__()
+        self.ln1, self.ln2 = nn.LayerNorm(config.dim), nn.LayerNorm(config.dim)
+        self.attn = make_attention(config, layer, shared_E)
+        self.mlp = MLP(config.dim, config.ff_mult, config.dropout)
+
+    def forward(self, x, *, causal):
+        x = x + self.attn(self.ln1(x), causal=causal)
+        return x + self.mlp(self.ln2(x))
+
+    def step(self, x_t, state=None):
+        y, state = self.attn.step(self.ln1(x_t), state)
+        x = x_t + y
+        return x + self.mlp(self.ln2(x)), state
+
+
+class TinyLM(nn.Module):
+    """A byte-level Transformer LM with a chosen attention per layer (see the module docstring).
+
+    forward(idx, targets=None) -> (logits (B, N, vocab_size), loss or None); targets (B, N) are aligned with
+    positions (the data supplies the next-byte shift), IGNORE = -100 marks positions without a loss.
+    """
+
+    def __init__(self, config=None):
+        super().__init__()
+        config = LMConfig() if config is None else config
+        kinds = config.layer_attention()
+        if config.positions not in POSITIONS:
+            raise ValueError(f"positions must be one of {POSITIONS}, got {config.positions!r}")
+        if config.causal and "linformer" in kinds:
+            raise ValueError(CAUSAL_LINFORMER)
+        self.config = config
+        self.tok_emb = nn.Embedding(config.vocab_size + 1, config.dim)  # + 1: the MASK_ID row
+        self.pos_emb = nn.Embedding(config.block_size, config.dim) if config.positions == "learned" else None
+        self.drop = nn.Dropout(config.dropout)
+        self.blocks = nn.ModuleList()
+        shared_E = None
+        for layer in range(config.depth):
+            self.blocks.append(Block(config, layer, shared_E))
+            if config.linformer_sharing == "layerwise" and shared_E is None and kinds[layer] == "linformer":
+                shared_E = self.blocks[-1].attn.E  # one E for the whole model (Linformer §4)
+        self.ln_f = nn.LayerNorm(config.dim)
+        self.head = nn.Linear(config.dim, config.vocab_size, bias=False)
+        self.rotary = Rotary(config.head_dim()) if config.positions == "rope" else None
+        for block in self.blocks:
+            block.attn.rotary = self.rotary
+        self.apply(self._init_weights)
+        for block in self.blocks:  # GPT-2: scale the residual projections by 1/√(2·depth)
+            for proj in (block.attn.to_out, block.mlp.proj):
+                nn.init.normal_(proj.weight, std=0.02 / math.sqrt(2 * config.depth))
+
+    @staticmethod
+    def _init_weights(module):
+        # GPT-2 / nanoGPT init; Linformer's E/F and Performer's projection are not Linear/Embedding: untouched
+        if isinstance(module, nn.Linear):
+            nn.init.normal_(module.weight, std=0.02)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            nn.init.normal_(module.weight, std=0.02)
+
+    def embed(self, idx, offset=0):
+        if idx.dtype != torch.long or idx.ndim != 2:
+            raise ValueError(f"idx must be a (batch, seq) long tensor of byte ids, got {idx.dtype} {tuple(idx.shape)}")
+        x = self.tok_emb(idx)  # (B, N, dim)
+        if self.pos_emb is not None:
+            n = idx.shape[1]
+            if offset + n > self.config.block_size:
+                raise ValueError(f"position {offset + n - 1} is past block_size={self.config.block_size} "
+                                 f"(learned positions); crop the input or use positions='rope'")
+            x = x + self.pos_emb(torch.arange(offset, offset + n, device=idx.device))
+        return self.drop(x)
+
+    def forward(self, idx, targets=None):
+        n = idx.shape[1]
+        if n > self.config.block_size and (self.pos_emb is not None or "linformer" in self.config.layer_attention()):
+            raise ValueError(f"sequence length {n} > block_size={self.config.block_size}")
+        x = self.embed(idx)
+        for block in self.blocks:
+            x = block(x, causal=self.config.causal)
+        logits = self.head(self.ln_f(x))  # (B, N, vocab)
+        return logits, (None if targets is None else lm_loss(logits, targets))
+
+    def can_step(self):
+        """Can every layer decode token by token (exact/sdpa with a cache, Performer with its state)?"""
+        return self.config.causal and all(hasattr(block.attn, "step") for block in self.blocks)
+
+    def step(self, idx_t, state=None):
+        """Consume one token per sequence: idx_t (B,) -> (logits (B, vocab), state); state=None starts.
+
+        Performer layers keep an O(m·Dv) state, exact layers a key/value cache. Feeding x[:, 0], x[:, 1], ...
+        gives the same logits as forward(x) at each position (asserted in tests/test_model.py).
+        """
+        if not self.can_step():
+            kinds = self.config.layer_attention()
+            raise ValueError(f"step needs a causal model whose every layer can decode incrementally "
+                             f"(exact, sdpa, performer); got causal={self.config.causal}, attention={kinds}")
+        position = 0 if state is None else state["position"]
+        layers = [None] * len(self.blocks) if state is None else state["layers"]
+        x = self.embed(idx_t[:, None], offset=position)  # (B, 1, dim)
+        new_layers = []
+        for block, s in zip(self.blocks, layers):
+            x, s = block.step(x, s)
+            new_layers.append(s)
+        logits = self.head(self.ln_f(x))[:, 0]  # (B, vocab)
+        return logits, {"position": position + 1, "layers": new_layers}
+
+    @torch.no_grad()
+    def generate(self, idx, max_new_tokens, *, temperature=1.0, top_k=None, generator=None, recurrent=None):
+        """Sample max_new_tokens bytes after the prompt idx (B, T) -> (B, T + max_new_tokens).
+
+        recurrent=True: feed tokens one at a time through `step` (Performer: constant memory per token);
+        False: re-run the model on the whole prefix (cropped to block_size) for every new token; None: recurrent
+        when every layer supports it. temperature=0 is greedy; top_k keeps the k likeliest bytes.
+        Sampling draws from `generator`, so the two modes give the same text (tests/test_model.py).
+        """
+        if not self.config.causal:
+            raise ValueError("generate needs a causal model (causal=True); a masked LM fills in MASK_ID slots instead")
+        recurrent = self.can_step() if recurrent is None else recurrent
+        was_training = self.training
+        self.eval()
+        out = idx
+        if recurrent:
+            logits, state = None, None
+            for t in range(idx.shape[1]):
+                logits, state = self.step(idx[:, t], state)
+        for i in range(max_new_tokens):
+            if not recurrent:
+                logits = self(out[:, -self.config.block_size:])[0][:, -1]  # (B, vocab)
+            nxt = sample_next(logits, temperature=temperature, top_k=top_k, generator=generator)  # (B,)
+            out = torch.cat([out, nxt[:, None]], dim=1)
+            if recurrent and i + 1 < max_new_tokens:
+                logits, state = self.step(nxt, state)
+        self.train(was_training)
+        return out
+
+
+def sample_next(logits, *, temperature=1.0, top_k=None, generator=None):
+    """logits (B, V) -> (B,) sampled ids; temperature 0 = argmax."""
+    if temperature == 0:
+        return logits.argmax(dim=-1)
+    logits = logits.float() / temperature
+    if top_k is not None:
+        kth = torch.topk(logits, min(top_k, logits.shape[-1]), dim=-1).values[:, -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    probs = torch.softmax(logits, dim=-1)
+    if generator is not None and generator.device != probs.device:
+        return torch.multinomial(probs.cpu(), 1, generator=generator)[:, 0].to(probs.device)
+    return torch.multinomial(probs, 1, generator=generator)[:, 0]
+
+
+def lm_loss(logits, targets):
+    """Mean cross-entropy in nats over positions whose target is not IGNORE: logits (B, N, V), targets (B, N)."""
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1),
+                           ignore_index=IGNORE)
+
+
+def count_parameters(model):
+    """Trainable parameters (buffers such as Performer's projection do not count)."""
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
+# ---- reference models ----------------------------------------------------------------------------------
+
+class TransformerEncoderLM(nn.Module):
+    """The benchmark anchor: PyTorch's own nn.TransformerEncoder as a causal byte LM, with TinyLM's sizes.
+
+    Token + learned position embeddings, depth × nn.TransformerEncoderLayer(dim, heads, ff_mult·dim, GELU,
+    pre-norm, batch_first) under the square causal mask, final LayerNorm, linear head. PyTorch's default init.
+    """
+
+    def __init__(self, config=None):
+        super().__init__()
+        config = LMConfig() if config is None else config
+        if not config.causal:
+            raise ValueError("TransformerEncoderLM is the causal-LM anchor; use TinyLM for a masked LM")
+        self.config = config
+        self.tok_emb = nn.Embedding(config.vocab_size + 1, config.dim)
+        self.pos_emb = nn.Embedding(config.block_size, config.dim)
+        layer = nn.TransformerEncoderLayer(config.dim, config.heads, config.ff_mult * config.dim,
+                                           dropout=config.dropout, activation="gelu", batch_first=True,
+                                           norm_first=True)
+        self.encoder = nn.TransformerEncoder(layer, config.depth, enable_nested_tensor=False)
+        self.ln_f = nn.LayerNorm(config.dim)
+        self.head = nn.Linear(config.dim, config.vocab_size, bias=False)
+
+    def forward(self, idx, targets=None):
+        n = idx.shape[1]
+        x = self.tok_emb(idx) + self.pos_emb(torch.arange(n, device=idx.device))
+        causal = nn.Transformer.generate_square_subsequent_mask(n, device=idx.device)  # (N, N) -inf above diag
+        x = self.encoder(x, mask=causal, is_causal=True)
+        logits = self.head(self.ln_f(x))
+        return logits, (None if targets is None else lm_loss(logits, targets))
+
+
+class LinearAttentionTransformerBaseline(nn.Module):
+    """The library baseline: `linear-attention-transformer` 0.19.1's LinearAttentionTransformerLM.
+
+    Its global heads compute efficient attention (Shen et al., arXiv 1812.01243); causal=True uses its
+    `causal_linear_attn` (φ_q = softmax over features, φ_k = exp). Sizes from LMConfig; positions: learned
+    absolute (use_axial_pos_emb=False) or its rotary embedding. Wrapped to TinyLM's (logits, loss) interface;
+    the extra output class for MASK_ID is dropped.
+    """
+
+    def __init__(self, config=None):
+        super().__init__()
+        from linear_attention_transformer import LinearAttentionTransformerLM
+        config = LMConfig() if config is None else config
+        self.config = config
+        self.net = LinearAttentionTransformerLM(
+            num_tokens=config.vocab_size + 1, dim=config.dim, depth=config.depth, max_seq_len=config.block_size,
+            heads=config.heads, dim_head=config.head_dim(), causal=config.causal,
+            ff_dropout=config.dropout, attn_layer_dropout=config.dropout,
+            use_axial_pos_emb=False, use_rotary_emb=config.positions == "rope")
+
+    def forward(self, idx, targets=None):
+        logits = self.net(idx)[..., : self.config.vocab_size]  # (B, N, vocab)
+        return logits, (None if targets is None else lm_loss(logits, targets))
+
+
+ARCHS = {"tinylm": TinyLM, "torch-encoder": TransformerEncoderLM,
+         "linear-attention-transformer": LinearAttentionTransformerBaseline}
+
+
+def build_model(config, arch="tinylm"):
+    """A model by architecture name (ARCHS) from an LMConfig."""
+    if arch not in ARCHS:
+        raise ValueError(f"unknown arch {arch!r}; choose from {sorted(ARCHS)}")
+    return ARCHS[arch](config)

@@ -1,0 +1,199 @@
+"""Plots and tables drawn from a `minilin.bench` CSV: log-log curves, growth exponents, Table-3-style ratios.
+
+Every function takes the tidy DataFrame of `minilin.bench.load_csv` (one row per method × n × metric).
+Reference: the Linformer paper's Table 3 ("Linformer: Self-Attention with Linear Complexity", Wang et al.
+2020, arXiv 2006.04768): time and memory saved vs the Transformer, inference of the whole model on a 16 GB
+V100. Our ratios are for the attention function alone, so they are the part of those savings that attention
+can give; the shape (savings growing with n, larger for smaller k) is what should match.
+"""
+import math
+import re
+
+import matplotlib.pyplot as plt
+import seaborn as sns
+
+from minilin.bench import DEFAULT_METHODS, MODEL_METRICS, growth_exponent, series
+
+# Linformer paper, Table 3: {n: {k: (time saved, memory saved)}}, both "x times" the Transformer.
+TABLE3_PAPER = {
+    512: {128: (1.5, 1.7), 256: (1.3, 1.5)},
+    1024: {128: (1.7, 3.0), 256: (1.6, 2.9), 512: (1.3, 1.8)},
+    2048: {128: (2.6, 6.1), 256: (2.4, 5.6), 512: (2.1, 3.6), 1024: (1.3, 2.0)},
+    4096: {128: (3.4, 14), 256: (3.2, 13), 512: (2.8, 8.3), 1024: (2.2, 4.3), 2048: (1.3, 2.3)},
+    8192: {128: (5.5, 28), 256: (5.0, 26), 512: (4.4, 17), 1024: (3.5, 8.5), 2048: (2.1, 4.5)},
+    16384: {128: (8.6, 56), 256: (7.8, 48), 512: (7.0, 32), 1024: (5.6, 16), 2048: (3.3, 8)},
+    32768: {128: (13, 56), 256: (12, 48), 512: (11, 36), 1024: (8.8, 18), 2048: (5.0, 16)},
+    65536: {128: (20, 60), 256: (18, 52), 512: (16, 40), 1024: (14, 20), 2048: (7.9, 18)},
+}
+
+METRIC_LABELS = {
+    "time_fwd": ("forward time (measured)", "seconds"),
+    "time_fwdbwd": ("forward + backward time (measured)", "seconds"),
+    "saved_bytes": ("saved for backward (measured)", "bytes"),
+    "peak_fwd_bytes": ("peak memory, forward (measured, CUDA)", "bytes"),
+    "peak_fwdbwd_bytes": ("peak memory, fwd + bwd (measured, CUDA)", "bytes"),
+    "model_saved_bytes": ("saved for backward (meta model)", "bytes"),
+    "model_peak_fwd_bytes": ("peak memory, forward (meta model)", "bytes"),
+    "model_peak_fwdbwd_bytes": ("peak memory, fwd + bwd (meta model)", "bytes"),
+    "model_flops_fwd": ("matmul FLOPs, forward (meta model)", "FLOPs"),
+    "model_flops_fwdbwd": ("matmul FLOPs, fwd + bwd (meta model)", "FLOPs"),
+}
+
+
+def _methods(df, methods=None):
+    present = list(dict.fromkeys(df["method"]))
+    if methods is not None:
+        return [m for m in methods if m in present]
+    order = {m: i for i, m in enumerate(DEFAULT_METHODS)}
+    return sorted(present, key=lambda m: (order.get(m, len(order)), m))
+
+
+_FAMILY_COLORS = {  # (non-causal, causal) colour per family, so a method keeps its colour in every figure
+    "exact": ("#1f77b4", "#7fb2e5"), "sdpa": ("#ff7f0e", "#ffbb78"), "favor": ("#d62728", "#ff9896"),
+    "efficient": ("#9467bd", "#c5b0d5"), "peer-performer": ("#8c564b", "#c49c94"),
+    "peer-lat": ("#7f7f7f", "#c7c7c7"),
+}
+_LINFORMER_COLORS = ("#98df8a", "#2ca02c", "#176217", "#0b3d0b")  # light (small k) to dark (large k)
+_PEER_LINFORMER_COLORS = ("#dbdb8d", "#bcbd22", "#8c8d16", "#5e5f0f")
+
+
+def palette(methods):
+    """A fixed colour per method: a hue per family, lighter for causal, shades of green by Linformer k."""
+    out = {}
+    ks = sorted({int(m.split("-k")[-1]) for m in methods if re.fullmatch(r"(peer-)?linformer-k\d+", m)})
+    for m in methods:
+        match = re.fullmatch(r"(peer-)?linformer-k(\d+)", m)
+        if match:
+            shades = _PEER_LINFORMER_COLORS if match.group(1) else _LINFORMER_COLORS
+            out[m] = shades[min(ks.index(int(match.group(2))), len(shades) - 1)]
+            continue
+        family = m[:-len("-causal")] if m.endswith("-causal") else m
+        pair = _FAMILY_COLORS.get(family, ("#17becf", "#9edae5"))
+        out[m] = pair[1] if m.endswith("-causal") else pair[0]
+    return out
+
+
+def describe(df):
+    """'cpu (name), float32, B=1 H=8 D=64 m=256' from the CSV's columns."""
+    first = df.iloc[0]
+    return (f"{first['device']} ({first['device_name']}), {first['dtype']}, B={first['batch']} "
+            f"H={first['heads']} D={first['dim_head']} m={first['nb_features']}")
+
+
+def plot_curves(df, metrics, *, methods=None, title=None, col_wrap=3, height=3.0):
+    """Log-log curves, one panel per metric, one line per method (causal methods dashed); returns the Figure.
+
+    Only rows with status "ok" are drawn; cases that were slow, out of memory or skipped simply end a line.
+    """
+    metrics = [m for m in metrics if m in set(df["metric"])]
+    if not metrics:
+        raise ValueError("none of the requested metrics is in this CSV")
+    data = df[(df["status"] == "ok") & df["metric"].isin(metrics)].copy()
+    methods = _methods(data, methods)
+    data = data[data["method"].isin(methods)]
+    data["causal"] = data["causal"].astype(str).map({"True": "causal", "False": "non-causal"})
+    grid = sns.relplot(data=data, x="n", y="value", hue="method", hue_order=methods, palette=palette(methods),
+                       style="causal", style_order=["non-causal", "causal"], col="metric", col_order=metrics,
+                       col_wrap=min(col_wrap, len(metrics)), kind="line", marker="o", markersize=4,
+                       height=height, aspect=1.15, facet_kws={"sharey": False})
+    grid.set(xscale="log", yscale="log")
+    for ax in grid.axes.flat:
+        metric = ax.get_title().split(" = ")[-1]
+        label, unit = METRIC_LABELS.get(metric, (metric, ""))
+        ax.set_title(label, fontsize=9)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("sequence length n")
+        ax.set_ylabel(unit)
+    grid.figure.suptitle(title or describe(df), y=1.02, fontsize=10)
+    grid.figure.subplots_adjust(wspace=0.35, hspace=0.35)
+    return grid.figure
+
+
+def growth_table(df, metrics, *, methods=None, min_n=None):
+    """DataFrame (method × metric) of log-log slopes over the rows with status ok and n >= min_n."""
+    import pandas as pd
+    sel = df if min_n is None else df[df["n"] >= min_n]
+    out = {}
+    for method in _methods(sel, methods):
+        row = {}
+        for metric in metrics:
+            ns, values = series(sel, method, metric)
+            row[metric] = growth_exponent(ns, values) if len(ns) >= 2 and (values > 0).all() else math.nan
+        out[method] = row
+    return pd.DataFrame.from_dict(out, orient="index")[list(metrics)]
+
+
+def ratio_table(df, metric, *, baseline="exact", methods=None):
+    """DataFrame (n × method) of baseline / method: how many times less time / memory the method needs."""
+    import pandas as pd
+    base = dict(zip(*series(df, baseline, metric)))
+    table = {}
+    for method in _methods(df, methods):
+        if method == baseline:
+            continue
+        table[method] = {n: base[n] / v for n, v in zip(*series(df, method, metric)) if n in base and v > 0}
+    return pd.DataFrame(table).sort_index()
+
+
+def _fmt(x):
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "–"
+    return f"{x:.2g}x" if x < 10 else f"{x:.0f}x"
+
+
+def table3(df, ks=(128, 256), *, baseline="exact", memory="model_peak_fwd_bytes", time="time_fwd", ns=None):
+    """Linformer Table 3 next to ours: for each k, paper 'time / memory' and ours (exact ÷ linformer-k<k>).
+
+    memory: our metric for the memory column (default: the meta model's forward peak, since Table 3 is
+    inference); time: our measured time (present only at the measured lengths). Cells are strings.
+    """
+    import pandas as pd
+    ns = sorted(ns or set(df["n"]))
+    cols = {}
+    for k in ks:
+        method = f"linformer-k{k}"
+        mem = ratio_table(df, memory, baseline=baseline, methods=[method]).get(method, pd.Series(dtype=float))
+        tim = ratio_table(df, time, baseline=baseline, methods=[method]).get(method, pd.Series(dtype=float))
+        paper = [TABLE3_PAPER.get(n, {}).get(k) for n in ns]
+        cols[f"k={k} paper time/mem"] = [f"{_fmt(p[0])} / {_fmt(p[1])}" if p else "–" for p in paper]
+        cols[f"k={k} ours time/mem"] = [f"{_fmt(tim.get(n))} / {_fmt(mem.get(n))}" for n in ns]
+    return pd.DataFrame(cols, index=pd.Index(ns, name="n"))
+
+
+def summary(df):
+    """Plain-text digest of a CSV: device, failures, growth exponents, ratios to exact and to SDPA."""
+    lines = [f"minilin bench: {describe(df)}"]
+    bad = df[(df["status"] != "ok")].drop_duplicates(["method", "n", "status"])
+    for _, r in bad.iterrows():
+        lines.append(f"  {r['method']} n={r['n']}: {r['status']} ({r['note']})")
+    metrics = [m for m in ("model_peak_fwd_bytes", "model_flops_fwd", "saved_bytes", "time_fwd")
+               if m in set(df["metric"])]
+    lines += ["", "growth exponents (log-log slope over n):", growth_table(df, metrics).round(2).to_string()]
+    for metric in ("time_fwd", "time_fwdbwd"):
+        for base in ("exact", "sdpa"):
+            if base in set(df["method"]) and metric in set(df["metric"]):
+                table = ratio_table(df, metric, baseline=base)
+                if not table.empty:
+                    lines += ["", f"{base} {metric} / method {metric} (> 1: the method is faster):",
+                              table.round(2).to_string()]
+    ks = sorted(int(m.split("-k")[1]) for m in set(df["method"]) if m.startswith("linformer-k"))
+    if ks and "exact" in set(df["method"]):
+        lines += ["", "Linformer Table 3 (paper: whole model, V100) vs ours (attention only):",
+                  table3(df, ks).to_string()]
+    return "\n".join(lines)
+
+
+def save_figures(df, stem):
+    """Write stem-measured.png and stem-model.png; returns their paths."""
+    paths = []
+    measured = [m for m in ("time_fwd", "time_fwdbwd", "saved_bytes", "peak_fwd_bytes", "peak_fwdbwd_bytes")
+                if m in set(df[df["status"] == "ok"]["metric"])]
+    for name, metrics in (("measured", measured), ("model", [m for m in MODEL_METRICS if m != "model_flops_fwdbwd"])):
+        if not metrics:
+            continue
+        fig = plot_curves(df, metrics)
+        path = f"{stem}-{name}.png"
+        fig.savefig(path, dpi=110, bbox_inches="tight")
+        plt.close(fig)
+        paths.append(path)
+    return paths

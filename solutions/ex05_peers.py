@@ -1,0 +1,63 @@
+"""Solutions for notebook 05 (exercises/ex05_peers.py): efficient attention, weight transplants, FLOPs."""
+import torch
+
+
+def efficient_attention(q, k, v, mask=None):
+    """Task 5.1: softmax(q, features) @ (softmax(k, positions)ᵀ @ v), padded keys excluded."""
+    if mask is not None:
+        k = k.masked_fill(~mask[:, None, :, None], float("-inf"))
+    top = k.amax(dim=-2, keepdim=True)
+    top = torch.where(torch.isfinite(top), top, torch.zeros_like(top))
+    e = torch.exp(k - top)  # (B, H, M, D), 0 for padded keys
+    total = e.sum(dim=-2, keepdim=True)
+    rho_k = e / torch.where(total > 0, total, torch.ones_like(total))
+    context = torch.einsum("bhmd,bhme->bhde", rho_k, v)  # (B, H, D, Dv)
+    return torch.einsum("bhnd,bhde->bhne", torch.softmax(q, dim=-1), context)
+
+
+def causal_efficient_attention(q, k, v, bucket_size=1):
+    """Task 5.2: prefix sums of exp(k_j) v_jᵀ and exp(k_j); buckets shift the prefix to the bucket start."""
+    B, H, N, D = q.shape
+    phi_q, phi_k = torch.softmax(q, dim=-1), torch.exp(k)
+    kv = torch.einsum("bhnd,bhne->bhnde", phi_k, v).cumsum(dim=2)  # (B, H, N, D, Dv): keys 0..j
+    ks = phi_k.cumsum(dim=2)  # (B, H, N, D)
+    i = torch.arange(N)
+    last = i if bucket_size == 1 else (i // bucket_size) * bucket_size - 1  # last visible key (-1: none)
+    seen = last >= 0
+    idx = last.clamp(min=0)
+    num = torch.einsum("bhnd,bhnde->bhne", phi_q, kv[:, :, idx])
+    den = torch.einsum("bhnd,bhnd->bhn", phi_q, ks[:, :, idx])
+    out = num / den.unsqueeze(-1)
+    return torch.where(seen[:, None], out, torch.zeros_like(out))
+
+
+def transplant_into_lat(ours, lat):
+    """Task 5.3: same q/k/v weights; to_out weight × √D because their output is ours × D^-1/2."""
+    dim_head = ours.dim_head
+    with torch.no_grad():
+        for name in ("to_q", "to_k", "to_v"):
+            getattr(lat, name).weight.copy_(getattr(ours, name).weight)
+        lat.to_out.weight.copy_(ours.to_out.weight * dim_head ** 0.5)
+        lat.to_out.bias.copy_(ours.to_out.bias)
+    return lat
+
+
+def linformer_into_ours(theirs, ours):
+    """Task 5.4: E = proj_kᵀ, F = proj_vᵀ, the four Linear layers by name."""
+    with torch.no_grad():
+        for name in ("to_q", "to_k", "to_v", "to_out"):
+            getattr(ours, name).load_state_dict(getattr(theirs, name).state_dict())
+        ours.E.copy_(theirs.proj_k.T)
+        ours.F.copy_(theirs.proj_v.T)
+    return ours
+
+
+def block_flops(batch, n, dim, *, k=None, ff_mult=4):
+    """Task 5.5: 4 projections + MLP, plus scores and mixing (and E@K, F@V for Linformer)."""
+    projections = 4 * 2 * batch * n * dim * dim  # q, k, v, out: (n × dim) @ (dim × dim) each
+    mlp = 2 * 2 * batch * n * dim * (ff_mult * dim)
+    if k is None:
+        mixing = 2 * (2 * batch * n * n * dim)  # q kᵀ and P v, summed over heads: H · Dh = dim
+    else:
+        mixing = 2 * (2 * batch * k * n * dim) + 2 * (2 * batch * n * k * dim)  # E K, F V; q (EK)ᵀ, P (FV)
+    return projections + mlp + mixing

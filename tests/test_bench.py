@@ -1,0 +1,229 @@
+"""minilin.bench: the meta-device memory model against measured saved bytes, growth exponents, the CSV schema,
+slow / out-of-memory handling and the command line. Correctness only: no assertion depends on a timing."""
+import functools
+import math
+
+import pytest
+import torch
+
+from minilin import bench
+
+# Small shapes so that every case runs in milliseconds on a 2-core CPU.
+SMALL = bench.BenchConfig(batch=2, heads=2, dim_head=16, nb_features=32, progress=False)
+OURS = ["exact", "exact-causal", "sdpa", "sdpa-causal", "linformer-k24", "favor", "favor-causal", "efficient",
+        "efficient-causal"]
+PEERS = ["peer-linformer-k24", "peer-performer", "peer-performer-causal", "peer-lat", "peer-lat-causal"]
+
+
+CASES = [(m, n) for m in OURS for n in (64, 160)] + [pytest.param(m, 96, marks=pytest.mark.peers) for m in PEERS]
+
+
+@pytest.mark.parametrize("method, n", CASES)
+def test_meta_model_predicts_measured_saved_bytes(method, n):
+    # The model runs the very same code on device="meta"; the tensors autograd keeps have the same shapes and
+    # dtypes there, so the bytes must agree exactly (n=160, 96: not multiples of the FAVOR+ chunk of 128).
+    measured = bench.measured_saved_bytes(method, n, SMALL, device="cpu")
+    model = bench.model_case(method, n, SMALL)["model_saved_bytes"]
+    assert measured == model
+    assert measured >= 3 * 2 * 2 * n * 16 * 4  # at least q, k, v (float32) are kept alive
+
+
+def test_saved_bytes_count_each_storage_once():
+    x = torch.randn(100, 100, requires_grad=True)
+    # x * x saves x twice (as self and other); x.t() is a view of the same storage: still 40 000 bytes
+    saved, _ = bench.saved_tensor_bytes(lambda t: (t * t).sum() + (t.t() * 2.0).sum(), x)
+    assert saved == 100 * 100 * 4
+    y = torch.randn(100, 100, requires_grad=True)
+    saved, _ = bench.saved_tensor_bytes(lambda a, b: (a * b).sum(), x, y)
+    assert saved == 2 * 100 * 100 * 4
+
+
+def test_live_bytes_counts_new_storages_until_freed():
+    a = torch.zeros(1000)  # allocated before: not counted
+    with bench.LiveBytes() as live:
+        b = a * 2.0  # +4000
+        c = b.view(10, 100)  # a view: no new memory
+        d = torch.ones(500)  # +2000 -> peak 6000
+        del b, c, d  # freed: back to 0
+        e = torch.ones(250)  # +1000
+    assert live.peak == 6000
+    assert live.current == 1000
+    assert e.numel() == 250
+
+
+def test_live_bytes_same_on_meta_and_cpu():
+    # the meta kernels must allocate outputs like the CPU kernels do, or the model's peaks would be fiction
+    for method in ("exact", "favor-causal", "linformer-k24"):
+        fn_cpu = bench.get_method(method).build(128, SMALL, bench._Tensors(torch.device("cpu"), torch.float32, 0))
+        fn_meta = bench.get_method(method).build(128, SMALL, bench._Tensors(torch.device("meta"), torch.float32, 0))
+        peaks = []
+        for device, fn in (("cpu", fn_cpu), ("meta", fn_meta)):
+            q, k, v = (torch.randn(2, 2, 128, 16).to(device) for _ in range(3))
+            with torch.no_grad(), bench.LiveBytes() as live:
+                fn(q, k, v)
+            peaks.append(live.peak)
+        assert peaks[0] == peaks[1] > 0, method
+
+
+def test_exact_forward_peak_holds_the_attention_matrix():
+    # exact attention materialises (B, H, N, N) scores and probabilities at the same time during the softmax
+    n = 1024
+    peak = bench.model_case("exact", n, SMALL)["model_peak_fwd_bytes"]
+    matrix = 2 * 2 * n * n * 4
+    assert 2 * matrix <= peak <= 4 * matrix
+    assert bench.model_case("sdpa", n, SMALL)["model_peak_fwd_bytes"] < matrix / 10  # fused: no N x N
+
+
+GROWTH_NS = (2048, 4096, 8192, 16384, 32768)
+
+
+@functools.cache
+def _model(method, n):
+    return bench.model_case(method, n, SMALL)
+
+
+def _slope(method, metric):
+    return bench.growth_exponent(GROWTH_NS, [_model(method, n)[metric] for n in GROWTH_NS])
+
+
+@pytest.mark.parametrize("metric", ["model_saved_bytes", "model_peak_fwd_bytes", "model_flops_fwd",
+                                    "model_flops_fwdbwd"])
+def test_exact_grows_quadratically(metric):
+    # n >= 2048 with D=16: the O(n·D) terms are under 1% of the n² ones, so the slope is 2 within 0.05
+    assert _slope("exact", metric) == pytest.approx(2.0, abs=0.05)
+
+
+@pytest.mark.parametrize("method", ["linformer-k24", "favor", "favor-causal", "efficient", "sdpa"])
+@pytest.mark.parametrize("metric", ["model_saved_bytes", "model_peak_fwd_bytes", "model_peak_fwdbwd_bytes",
+                                    "model_flops_fwd"])
+def test_linear_methods_grow_linearly(method, metric):
+    if method == "sdpa" and metric == "model_flops_fwd":
+        assert _slope(method, metric) == pytest.approx(2.0, abs=0.05)  # fused kernels save memory, not FLOPs
+        return
+    # every term is linear in n (k, m, D and the chunk size are fixed): slope 1, up to constant offsets
+    assert _slope(method, metric) == pytest.approx(1.0, abs=0.05)
+
+
+def test_growth_exponent_and_crossover_on_known_data():
+    assert bench.growth_exponent([1, 2, 4, 8], [3, 12, 48, 192]) == pytest.approx(2.0)
+    with pytest.raises(ValueError):
+        bench.growth_exponent([1], [1.0])
+    rows = []
+    for n, exact, lin in ((256, 1.0, 2.0), (512, 4.0, 3.0), (1024, 16.0, 5.0), (2048, 64.0, 9.0)):
+        for method, value in (("exact", exact), ("lin", lin)):
+            rows.append({"method": method, "n": n, "metric": "time_fwd", "value": value, "status": "ok"})
+    df = bench.to_frame(rows)
+    assert bench.crossover_length(df, "lin", "exact", "time_fwd") == 512
+    assert bench.crossover_length(df, "exact", "lin", "time_fwd") is None
+    # a baseline that ran out of memory at the largest n counts as beaten there
+    df.loc[(df["method"] == "exact") & (df["n"] == 2048), "status"] = "oom"
+    assert bench.crossover_length(df, "lin", "exact", "time_fwd") == 512
+
+
+TINY = bench.BenchConfig(lengths=(32, 64), model_lengths=(32, 64, 128), methods=("exact", "favor", "linformer-k16"),
+                         batch=1, heads=2, dim_head=8, nb_features=16, min_run_time=0.002, rounds=2,
+                         max_seconds=60.0, progress=False)
+
+
+def test_csv_schema(tmp_path):
+    rows = bench.run(TINY)
+    path = bench.write_csv(rows, tmp_path / "out" / "bench.csv")
+    df = bench.load_csv(path)
+    assert list(df.columns) == list(bench.CSV_COLUMNS)
+    assert set(df["status"]) == {"ok"}
+    assert set(df["device"]) == {"cpu"} and set(df["dtype"]) == {"float32"}
+    assert set(df["torch"]) == {torch.__version__}
+    assert (df["batch"] == 1).all() and (df["heads"] == 2).all() and (df["dim_head"] == 8).all()
+    assert not df.duplicated(["method", "n", "metric"]).any()  # tidy: one row per method x n x metric
+    for _, row in df.iterrows():
+        units = {**bench.MEASURED_METRICS, **bench.MODEL_METRICS}
+        assert row["unit"] == units[row["metric"]]
+        assert row["source"] == ("model" if row["metric"].startswith("model_") else "measured")
+        assert math.isfinite(row["value"]) and row["value"] > 0
+    measured = {"time_fwd", "time_fwdbwd", "saved_bytes"}
+    for method in TINY.methods:
+        for n in (32, 64):
+            got = set(df[(df["method"] == method) & (df["n"] == n)]["metric"])
+            assert got == measured | set(bench.MODEL_METRICS)
+        assert set(df[(df["method"] == method) & (df["n"] == 128)]["metric"]) == set(bench.MODEL_METRICS)
+    assert df[df["method"] == "linformer-k16"]["k"].dropna().unique().tolist() == [16]
+    with pytest.raises(ValueError, match="not a minilin bench CSV"):
+        (tmp_path / "other.csv").write_text("a,b\n1,2\n")
+        bench.load_csv(tmp_path / "other.csv")
+
+
+def test_predicted_out_of_memory_is_recorded_not_run():
+    cfg = bench.BenchConfig(**{**TINY.__dict__, "lengths": (32, 64, 128)})
+    exact_64 = bench.model_case("exact", 64, cfg)["model_peak_fwdbwd_bytes"]
+    limit = exact_64 - 1  # exact fits at n=32 only
+    assert bench.model_case("linformer-k16", 128, cfg)["model_peak_fwdbwd_bytes"] < limit
+    df = bench.to_frame(bench.run(cfg, max_bytes=limit))
+    measured = df[df["source"] == "measured"]
+    status = measured.groupby(["method", "n"])["status"].agg(set).to_dict()
+    assert status[("exact", 32)] == {"ok"}
+    assert status[("exact", 64)] == {"oom"} and status[("exact", 128)] == {"skipped"}
+    assert all(status[("linformer-k16", n)] == {"ok"} for n in (32, 64, 128))
+    assert measured[measured["status"] != "ok"]["value"].isna().all()
+    assert "predicted peak" in measured[(measured["method"] == "exact") & (measured["n"] == 64)]["note"].iloc[0]
+    assert (df[df["source"] == "model"]["status"] == "ok").all()  # the model covers every case regardless
+
+
+def test_too_slow_is_recorded_and_larger_lengths_skipped():
+    df = bench.to_frame(bench.run(TINY, methods=("exact",), max_seconds=0.0))
+    measured = df[df["source"] == "measured"].set_index(["n", "metric"])["status"]
+    assert measured[(32, "saved_bytes")] == "ok"  # measured before any timing
+    assert measured[(32, "time_fwd")] == "slow" and measured[(32, "time_fwdbwd")] == "slow"
+    assert set(measured.loc[64]) == {"skipped"}
+
+
+def test_out_of_memory_error_is_caught(monkeypatch):
+    # what a CUDA out-of-memory looks like to the sweep, raised on the real device only (the model is fine)
+    def build(n, cfg, tensors):
+        def fn(q, k, v):
+            if q.device.type != "meta" and n >= 64:
+                raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 8.00 GiB")
+            return q + k + v
+        return fn
+
+    monkeypatch.setitem(bench._FIXED, "boom", ("raises OOM at n >= 64", build, False, True, "test"))
+    df = bench.to_frame(bench.run(TINY, methods=("boom", "exact")))
+    measured = df[df["source"] == "measured"]
+    assert set(measured[(measured["method"] == "boom") & (measured["n"] == 64)]["status"]) == {"oom"}
+    assert set(measured[(measured["method"] == "boom") & (measured["n"] == 32)]["status"]) == {"ok"}
+    assert set(measured[measured["method"] == "exact"]["status"]) == {"ok"}  # the sweep went on
+
+
+def test_unknown_method_and_bad_arguments():
+    with pytest.raises(ValueError, match="unknown method"):
+        bench.get_method("nope")
+    assert bench.get_method("linformer-k300").k == 300
+    assert bench.get_method("peer-linformer-k8").source == "linformer"
+    with pytest.raises(ValueError, match="dtype"):
+        bench.resolve_dtype("float8")
+    with pytest.raises(ValueError, match="passes"):
+        bench.run(TINY, passes=("backward",))
+
+
+def test_parse_lengths():
+    assert bench.parse_lengths("256,512,...,4096") == (256, 512, 1024, 2048, 4096)
+    assert bench.parse_lengths("100, 300") == (100, 300)
+    assert bench.parse_lengths("256,512,...,3000") == (256, 512, 1024, 2048, 3000)
+    for bad in ("256,...,4096", "512,256,...,4096", "0,1", ""):
+        with pytest.raises(Exception):
+            bench.parse_lengths(bad)
+
+
+def test_cli_writes_csv_and_png(tmp_path, capsys):
+    code = bench.main(["--lengths", "32,64", "--model-lengths", "32,64,128", "--methods", "exact,linformer-k16",
+                       "--heads", "2", "--dim-head", "8", "--nb-features", "16", "--min-run-time", "0.002",
+                       "--rounds", "2", "--no-progress", "--out", str(tmp_path)])
+    assert code == 0
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names == ["bench-cpu-float32-measured.png", "bench-cpu-float32-model.png", "bench-cpu-float32.csv"]
+    assert all((tmp_path / name).stat().st_size > 10_000 for name in names if name.endswith(".png"))
+    out = capsys.readouterr().out
+    assert "growth exponents" in out and "Linformer Table 3" in out
+    with pytest.raises(SystemExit) as exit_info:
+        bench.main(["--help"])
+    assert exit_info.value.code == 0
+    assert "--lengths" in capsys.readouterr().out

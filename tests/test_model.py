@@ -1,0 +1,278 @@
+"""TinyLM: loss and shift, causality of every attention, recurrent generation == full re-run, RoPE, SDPA,
+per-layer (hybrid) attention, the causal-Linformer error, and the reference models."""
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from minilin.attention import softmax_attention
+from minilin.data import IGNORE, MASK_ID, ByteCorpus
+from minilin.linformer import LinformerSelfAttention
+from minilin.model import (
+    ExactSelfAttention,
+    LMConfig,
+    Rotary,
+    TinyLM,
+    TransformerEncoderLM,
+    build_model,
+    count_parameters,
+    lm_loss,
+    sdpa_attention,
+)
+from minilin.performer import PerformerSelfAttention
+from minilin.probes import future_leakage
+
+TOL = 1e-10  # float64: step-by-step and full-sequence paths differ only by summation order (~1e-15)
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Models this small gain nothing from intra-op threads, and on a busy runner spinning OpenMP threads
+    made these tests 10-40x slower (measured): run them on one thread, then restore the setting."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def tiny(attention="exact", positions="learned", seed=0, scale=0.3, **kw):
+    """A float64 TinyLM with weights scaled up from the GPT-2 init, so that attention is far from uniform and
+    an error in a position, a cache or a state shows in the logits (at std 0.02 everything looks alike)."""
+    torch.manual_seed(seed)
+    config = LMConfig(**{**dict(vocab_size=256, block_size=24, dim=32, depth=2, heads=4, attention=attention,
+                                positions=positions, nb_features=64), **kw})
+    model = TinyLM(config).double()
+    g = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.ndim >= 2 and not name.endswith(("E", "F")):
+                p.copy_(torch.randn(p.shape, generator=g, dtype=p.dtype) * scale)
+    return model.eval()
+
+
+def ids(B=2, N=20, seed=0):
+    return torch.randint(256, (B, N), generator=torch.Generator().manual_seed(seed))
+
+
+def test_forward_shapes_and_loss_is_the_shifted_cross_entropy():
+    model = tiny()
+    corpus = ByteCorpus(block_size=24)
+    x, y = corpus.batch("train", 3, generator=torch.Generator().manual_seed(0))
+    logits, loss = model(x, y)
+    assert logits.shape == (3, 24, 256) and model(x)[1] is None
+    # position t predicts byte t + 1 of the stream: y is x shifted left by one
+    assert torch.equal(x[:, 1:], y[:, :-1])
+    manual = -torch.log_softmax(logits, -1).gather(-1, y[..., None]).mean()
+    torch.testing.assert_close(loss, manual.float(), rtol=0, atol=1e-6)
+    # IGNORE positions carry no loss
+    y2 = y.clone()
+    y2[:, :12] = IGNORE
+    torch.testing.assert_close(lm_loss(logits, y2), F.cross_entropy(logits[:, 12:].reshape(-1, 256).float(),
+                                                                    y[:, 12:].reshape(-1)))
+
+
+def test_untrained_loss_is_near_log_vocab():
+    torch.manual_seed(0)
+    model = TinyLM(LMConfig(block_size=32, dim=32))  # GPT-2 init: nearly uniform predictions
+    _, loss = model(ids(4, 32), ids(4, 32, seed=1))
+    assert abs(loss.item() - math.log(256)) < 0.05
+
+
+@pytest.mark.parametrize("attention", ["exact", "sdpa", "performer", "efficient", ["performer", "exact"]])
+@pytest.mark.parametrize("positions", ["learned", "rope"])
+def test_causal_models_do_not_see_the_future(attention, positions):
+    model = tiny(attention, positions)
+    x = ids(2, 16)
+    logits = model(x)[0]
+    x2 = x.clone()
+    x2[:, 9:] = (x2[:, 9:] + 1) % 256
+    assert torch.equal(model(x2)[0][:, :9], logits[:, :9])  # bitwise: not a single future dependence
+    assert not torch.allclose(model(x2)[0][:, 9:], logits[:, 9:])
+
+    def trunk(h):  # embeddings -> final hidden states: the autograd probe checks every (t, s) pair
+        for block in model.blocks:
+            h = block(h, causal=True)
+        return h
+    assert future_leakage(trunk, model.embed(x).detach()) == 0.0
+
+
+def test_bidirectional_linformer_model_sees_everything():
+    model = tiny("linformer", causal=False, linformer_k=8)
+    h = model.embed(ids(1, 24)).detach()
+    assert future_leakage(lambda t: model.blocks[0](t, causal=False), h) > 1e-3
+
+
+def test_causal_linformer_is_a_clear_error():
+    for attention in ("linformer", ["performer", "linformer"]):
+        with pytest.raises(ValueError, match="Linformer cannot be causal") as err:
+            TinyLM(LMConfig(attention=attention))
+        assert "mlm" in str(err.value)  # ... and it says what to do instead
+    model = TinyLM(LMConfig(attention="linformer", causal=False, block_size=32, dim=32))
+    assert model(ids(2, 32))[0].shape == (2, 32, 256)
+    with pytest.raises(ValueError, match="causal"):
+        model.generate(ids(1, 4), 3)
+
+
+@pytest.mark.parametrize("attention", ["exact", "sdpa", "performer", ["performer", "exact"]])
+@pytest.mark.parametrize("positions", ["learned", "rope"])
+def test_step_by_step_equals_full_forward(attention, positions):
+    model = tiny(attention, positions)
+    x = ids(2, 20)
+    full = model(x)[0]
+    state, steps = None, []
+    for t in range(x.shape[1]):
+        logits, state = model.step(x[:, t], state)
+        steps.append(logits)
+    torch.testing.assert_close(torch.stack(steps, dim=1), full, rtol=0, atol=TOL)
+    assert state["position"] == 20
+
+
+def test_performer_state_is_constant_size_exact_cache_grows():
+    def state_numel(model, n):
+        state = None
+        for t in range(n):
+            _, state = model.step(torch.tensor([t % 256]), state)
+        tensors = [s.kv for s in state["layers"]] + [s.z for s in state["layers"]] if attention == "performer" \
+            else [s["k"] for s in state["layers"]] + [s["v"] for s in state["layers"]]
+        return sum(t.numel() for t in tensors)
+    for attention in ("performer", "exact"):
+        model = tiny(attention, "rope", block_size=8)
+        short, long = state_numel(model, 4), state_numel(model, 40)  # rope: no table, runs past block_size
+        assert (short == long) == (attention == "performer")
+
+
+@pytest.mark.parametrize("attention", ["performer", "exact", ["performer", "exact"]])
+def test_generate_recurrent_equals_rerunning_the_prefix(attention):
+    model = tiny(attention, "rope")
+    prompt = ids(2, 5)
+    kw = dict(temperature=1.0, top_k=40)
+    fast = model.generate(prompt, 15, generator=torch.Generator().manual_seed(7), recurrent=True, **kw)
+    slow = model.generate(prompt, 15, generator=torch.Generator().manual_seed(7), recurrent=False, **kw)
+    assert fast.shape == (2, 20) and torch.equal(fast[:, :5], prompt)
+    assert torch.equal(fast, slow)
+    greedy = model.generate(prompt, 15, temperature=0, recurrent=True)
+    assert torch.equal(greedy, model.generate(prompt, 15, temperature=0, recurrent=False))
+    assert not torch.equal(greedy, fast)  # sampling is not greedy decoding
+
+
+def test_generate_falls_back_to_rerun_for_efficient_attention():
+    model = tiny("efficient")
+    assert not model.can_step()
+    out = model.generate(ids(1, 3), 5, generator=torch.Generator().manual_seed(0))
+    assert out.shape == (1, 8)
+    with pytest.raises(ValueError, match="step needs"):
+        model.step(ids(1, 1)[:, 0])
+
+
+def test_learned_positions_stop_at_block_size():
+    model = tiny("performer", "learned", block_size=8)
+    with pytest.raises(ValueError, match="block_size"):
+        model(ids(1, 9))
+    out = model.generate(ids(1, 6), 6, recurrent=False, generator=torch.Generator().manual_seed(0))
+    assert out.shape == (1, 12)  # re-running crops the prefix to block_size
+    with pytest.raises(ValueError, match="past block_size"):
+        model.generate(ids(1, 6), 6, recurrent=True)
+
+
+def test_rotary_scores_depend_on_relative_position_only():
+    rot = Rotary(8)
+    g = torch.Generator().manual_seed(0)
+    q, k = (torch.randn(1, 2, 6, 8, generator=g, dtype=torch.float64) for _ in range(2))
+    # the same q/k vectors at every position: scores then depend on (m - n) alone
+    q, k = q[:, :, :1].expand(1, 2, 6, 8), k[:, :, :1].expand(1, 2, 6, 8)
+    for offset in (0, 5, 100):
+        rq, rk = rot(q, k, offset)
+        s = rq @ rk.transpose(-2, -1)  # (1, 2, 6, 6)
+        for d in range(-5, 6):
+            diag = torch.diagonal(s, offset=d, dim1=-2, dim2=-1)
+            torch.testing.assert_close(diag, diag[..., :1].expand_as(diag), rtol=0, atol=TOL)
+        if offset == 0:
+            base = s
+        torch.testing.assert_close(s, base, rtol=0, atol=TOL)
+    rq, _ = rot(q, k, 0)
+    torch.testing.assert_close(rq.norm(dim=-1), q.norm(dim=-1), rtol=0, atol=TOL)  # a rotation
+    torch.testing.assert_close(rq[:, :, 0], q[:, :, 0], rtol=0, atol=0)  # position 0: angle 0
+    with pytest.raises(ValueError, match="even"):
+        Rotary(7)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("n, m", [(6, 6), (3, 7)])
+def test_sdpa_attention_matches_softmax_attention(causal, n, m):
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(2, 3, n, 4, generator=g, dtype=torch.float64, requires_grad=True)
+    k, v = (torch.randn(2, 3, m, 4, generator=g, dtype=torch.float64) for _ in range(2))
+    mask = torch.ones(2, m, dtype=torch.bool)
+    mask[1] = False  # a batch row with no real key: zeros, not NaN
+    mask[0, 1] = False
+    for msk in (None, mask):
+        out = sdpa_attention(q, k, v, mask=msk, causal=causal)
+        torch.testing.assert_close(out, softmax_attention(q, k, v, mask=msk, causal=causal), rtol=0, atol=TOL)
+    sdpa_attention(q, k, v, mask=mask, causal=causal).sum().backward()
+    assert torch.isfinite(q.grad).all() and (q.grad[1] == 0).all()
+
+
+def test_exact_and_sdpa_models_are_the_same_function():
+    a = tiny("exact")
+    b = TinyLM(a.config.__class__(**{**a.config.__dict__, "attention": "sdpa"})).double().eval()
+    b.load_state_dict(a.state_dict())
+    x = ids(2, 24)
+    torch.testing.assert_close(a(x)[0], b(x)[0], rtol=0, atol=TOL)
+
+
+def test_hybrid_layers_and_per_layer_k():
+    model = TinyLM(LMConfig(attention=["linformer", "linformer", "exact"], depth=3, causal=False,
+                            linformer_k=[8, 16, 4], block_size=32, dim=32))
+    kinds = [type(b.attn) for b in model.blocks]
+    assert kinds == [LinformerSelfAttention, LinformerSelfAttention, ExactSelfAttention]
+    assert [b.attn.E.shape for b in model.blocks[:2]] == [(8, 32), (16, 32)]
+    model = TinyLM(LMConfig(attention=["performer", "exact"], block_size=32, dim=32))
+    assert isinstance(model.blocks[0].attn, PerformerSelfAttention)
+    assert model.blocks[0].attn.seed != TinyLM(LMConfig(attention="performer")).blocks[1].attn.seed
+    with pytest.raises(ValueError, match="one name per layer"):
+        TinyLM(LMConfig(attention=["exact"], depth=2))
+    with pytest.raises(ValueError, match="one k per layer"):
+        TinyLM(LMConfig(attention="linformer", causal=False, linformer_k=[8, 8, 8]))
+    with pytest.raises(ValueError, match="unknown attention"):
+        TinyLM(LMConfig(attention="flash"))
+
+
+def test_layerwise_sharing_registers_one_E():
+    model = TinyLM(LMConfig(attention="linformer", causal=False, linformer_sharing="layerwise", depth=3,
+                            block_size=32, dim=32, linformer_k=8))
+    names = [n for n, _ in model.named_parameters() if n.endswith((".E", ".F"))]
+    assert names == ["blocks.0.attn.E"]
+    assert all(b.attn.E is model.blocks[0].attn.E for b in model.blocks)
+
+
+def test_masked_lm_model_reads_the_mask_token():
+    model = tiny("exact", causal=False)
+    x = ids(2, 24)
+    x[:, 3] = MASK_ID  # the embedding has a row for MASK_ID; the head predicts bytes only
+    assert model(x)[0].shape == (2, 24, 256)
+    assert model.tok_emb.num_embeddings == 257
+
+
+def test_transformer_encoder_anchor_is_causal():
+    torch.manual_seed(0)
+    model = TransformerEncoderLM(LMConfig(block_size=16, dim=32)).double().eval()
+    x = ids(2, 16)
+    x2 = x.clone()
+    x2[:, 10:] = 0
+    torch.testing.assert_close(model(x)[0][:, :10], model(x2)[0][:, :10], rtol=0, atol=TOL)
+    assert count_parameters(model) > count_parameters(TinyLM(LMConfig(block_size=16, dim=32)))  # + biases
+
+
+@pytest.mark.peers
+def test_linear_attention_transformer_baseline_is_causal():
+    torch.manual_seed(0)
+    model = build_model(LMConfig(block_size=16, dim=32), "linear-attention-transformer").double().eval()
+    x = ids(2, 16)
+    x2 = x.clone()
+    x2[:, 10:] = 0
+    logits, loss = model(x, x)
+    assert logits.shape == (2, 16, 256) and loss.ndim == 0
+    torch.testing.assert_close(logits[:, :10], model(x2)[0][:, :10], rtol=0, atol=TOL)
+    with pytest.raises(ValueError, match="unknown arch"):
+        build_model(LMConfig(), "gpt")
