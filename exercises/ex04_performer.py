@@ -48,7 +48,8 @@ def causal_linear_attention(phi_q, phi_k, v):
     """Task 4.4: causal linear attention from given (positive) features, by prefix sums.
 
     phi_q: (B, H, N, m), phi_k: (B, H, N, m), v: (B, H, N, Dv)  ->  (B, H, N, Dv)
-    out_i = φ(q_i)ᵀ S_i / φ(q_i)ᵀ z_i with S_i = Σ_{j≤i} φ(k_j) v_jᵀ (m × Dv) and z_i = Σ_{j≤i} φ(k_j) (m).
+    out_i = φ(q_i)ᵀ S_i / φ(q_i)ᵀ z_i, with the prefix sums S_i = Σ_{j≤i} φ(k_j) v_jᵀ (m × Dv)
+    and z_i = Σ_{j≤i} φ(k_j) (m).
     A loop over positions with a running (m × Dv) state is the simplest correct answer (that is the RNN
     view of "Transformers are RNNs", arXiv 2006.16236); output i must not depend on positions j > i.
     """

@@ -41,14 +41,13 @@ import re
 import time
 import warnings
 import weakref
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from functools import partial
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten
 from torch.utils.flop_counter import FlopCounterMode, sdpa_backward_flop_count, sdpa_flop_count
 
 from minilin.attention import softmax_attention
@@ -334,6 +333,17 @@ def saved_tensor_bytes(fn, *inputs):
     return sum(storages.values()), out
 
 
+def _tensors(values):
+    """The tensors among an aten op's arguments or results (tensors, or lists/tuples of tensors)."""
+    found = []
+    for x in values:
+        if isinstance(x, torch.Tensor):
+            found.append(x)
+        elif isinstance(x, (list, tuple)):
+            found.extend(t for t in x if isinstance(t, torch.Tensor))
+    return found
+
+
 class LiveBytes(TorchDispatchMode):
     """Peak of the bytes held by storages created inside the mode (each counted until it is freed).
 
@@ -350,11 +360,10 @@ class LiveBytes(TorchDispatchMode):
         self.current -= self.live.pop(key, 0)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        seen = {_storage_key(t) for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)}
-        for t in tree_flatten(out)[0]:
-            if not isinstance(t, torch.Tensor):
-                continue
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        seen = {_storage_key(t) for t in _tensors(args) + _tensors(kwargs.values())}
+        for t in _tensors((out,)):
             storage = t.untyped_storage()
             key = _storage_key(t)
             if key in seen or key in self.live:  # a view or an in-place result: no new memory
@@ -391,9 +400,23 @@ def _inputs(cfg, n, tensors, requires_grad):
     return tuple(tensors.randn(*shape, requires_grad=requires_grad) for _ in range(3))
 
 
+_MODEL_CACHE = {}
+
+
 def model_case(method, n, cfg):
-    """The meta-device model of one case: {metric: value} for MODEL_METRICS, no memory allocated."""
+    """The meta-device model of one case: {metric: value} for MODEL_METRICS, no memory allocated.
+
+    A pure function of (method, n, B, H, D, m, dtype), so results are cached for the process: a notebook that
+    validates the model and then sweeps does not pay twice (meta kernels run in Python, ~0.1 ms per op).
+    """
     method = get_method(method) if isinstance(method, str) else method
+    key = (method.name, n, cfg.batch, cfg.heads, cfg.dim_head, cfg.nb_features, cfg.dtype)
+    if key not in _MODEL_CACHE:
+        _MODEL_CACHE[key] = _model_case(method, n, cfg)
+    return dict(_MODEL_CACHE[key])
+
+
+def _model_case(method, n, cfg):
     tensors = _Tensors(torch.device("meta"), resolve_dtype(cfg.dtype), cfg.seed)
     fn = method.build(n, cfg, tensors)
     q, k, v = _inputs(cfg, n, tensors, requires_grad=True)
@@ -460,7 +483,9 @@ def _wall(call, device):
 
 
 def _is_oom(err):
-    return isinstance(err, torch.OutOfMemoryError) or "out of memory" in str(err).lower()
+    text = str(err).lower()  # CUDA: torch.OutOfMemoryError; CPU: RuntimeError "can't allocate memory"
+    return isinstance(err, (torch.OutOfMemoryError, MemoryError)) or "out of memory" in text \
+        or "can't allocate memory" in text
 
 
 # ---- the sweep --------------------------------------------------------------------------------------
@@ -485,6 +510,7 @@ class _Case:
         self.calls = {"fwd": fwd, "fwdbwd": fwdbwd}
         self.fn, self.inputs, self.grad_out = fn, (q, k, v), grad_out
         self.rounds, self.number, self.timers, self.times = {}, {}, {}, {}
+        self.failure = None
 
 
 def _cuda_peak(call, device):
@@ -506,7 +532,7 @@ def _free(device):
 def run(cfg=None, **overrides):
     """Run a sweep; returns tidy rows (dicts with CSV_COLUMNS): one per method × n × metric."""
     cfg = replace(cfg or BenchConfig(), **overrides)
-    from tqdm.auto import tqdm
+    from tqdm import tqdm  # not tqdm.auto: in Jupyter without ipywidgets it warns on stderr
 
     device, dtype = resolve_device(cfg.device), resolve_dtype(cfg.dtype)
     max_bytes = resolve_max_bytes(cfg, device)
@@ -557,11 +583,14 @@ def run(cfg=None, **overrides):
                 mark("oom", note)
                 stopped[method.name] = f"{note} at n={n}"
                 continue
+            failure, case, out = None, None, None
             try:
                 case = _Case(method, n, cfg, device, dtype)
-                # the first forward with autograd is the saved-bytes measurement and, with its backward, the
-                # fwdbwd warm-up (page faults, kernel selection); the first no_grad call warms up fwd
-                warm = {}
+                # warm-up, cheapest first so that a hopeless case stops early: a no_grad forward, then the
+                # forward with autograd that measures the saved bytes, then its backward (the fwdbwd warm-up)
+                warm = {"fwd": _wall(case.calls["fwd"], device)}  # first call: page faults, kernel selection
+                if warm["fwd"] > 4 * cfg.max_seconds:
+                    raise _TooSlow("fwd", warm["fwd"])
                 _sync(device)
                 t0 = time.perf_counter()
                 saved, out = saved_tensor_bytes(case.fn, *case.inputs)
@@ -572,7 +601,6 @@ def run(cfg=None, **overrides):
                     warm["fwdbwd"] = time.perf_counter() - t0
                 del out
                 for p in cfg.passes:
-                    warm[p] = warm[p] if p in warm else _wall(case.calls[p], device)
                     if warm[p] > 4 * cfg.max_seconds:
                         raise _TooSlow(p, warm[p])
                     once = min(warm[p], _wall(case.calls[p], device))  # decides "slow" and the block size;
@@ -587,19 +615,20 @@ def run(cfg=None, **overrides):
                         add(method, n, f"peak_{p}_bytes", _cuda_peak(case.calls[p], device), "measured")
                 cases.append(case)
             except _TooSlow as err:
-                note = f"one {err.pass_name} call took {err.seconds:.3g} s > limit {cfg.max_seconds:.3g} s"
-                for metric in measured_names:
-                    if not any(r["method"] == method.name and r["n"] == n and r["metric"] == metric
-                               and r["source"] == "measured" for r in rows):
-                        add(method, n, metric, math.nan, "measured", "slow", note)
-                stopped[method.name] = f"{note} at n={n}"
+                failure = ("slow", f"one {err.pass_name} call took {err.seconds:.3g} s "
+                                   f"> limit {cfg.max_seconds:.3g} s")
             except (RuntimeError, MemoryError) as err:
                 if not _is_oom(err):
                     raise
-                note = f"out of memory: {str(err).splitlines()[0][:120]}"
-                rows[:] = [r for r in rows if not (r["method"] == method.name and r["n"] == n
-                                                   and r["source"] == "measured")]
-                mark("oom", note)
+                failure = ("oom", f"out of memory: {str(err).splitlines()[0][:120]}")
+            case = out = None  # a failed case's tensors go now, not when the next case is already allocated
+            if failure:
+                status, note = failure
+                done = {r["metric"] for r in rows if r["method"] == method.name and r["n"] == n
+                        and r["source"] == "measured"}
+                for metric in measured_names:  # measurements taken before the failure are kept
+                    if metric not in done:
+                        add(method, n, metric, math.nan, "measured", status, note)
                 stopped[method.name] = f"{note} at n={n}"
                 _free(device)
         # interleaved timing: every round visits every case, starting at a different one each time
@@ -607,10 +636,20 @@ def run(cfg=None, **overrides):
             for i in range(len(cases)):
                 case = cases[(i + r) % len(cases)]
                 for p in cfg.passes:
-                    if r < case.rounds[p]:
-                        case.times[p].append(case.timers[p](case.number[p]))
+                    if r < case.rounds[p] and case.failure is None:
+                        try:
+                            case.times[p].append(case.timers[p](case.number[p]))
+                        except (RuntimeError, MemoryError) as err:  # CUDA: fragmentation can still bite
+                            if not _is_oom(err):
+                                raise
+                            case.failure = f"out of memory while timing: {str(err).splitlines()[0][:100]}"
+                            _free(device)
         for case in cases:
             for p in cfg.passes:
+                if case.failure is not None:
+                    add(case.method, n, f"time_{p}", math.nan, "measured", "oom", case.failure)
+                    stopped[case.method.name] = f"{case.failure} at n={n}"
+                    continue
                 times = sorted(case.times[p])
                 add(case.method, n, f"time_{p}", times[len(times) // 2], "measured",
                     note=f"median of {len(times)} blocks of {case.number[p]} calls")

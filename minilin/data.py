@@ -165,10 +165,10 @@ class ByteCorpus:
 
 
 # ---- synthetic tasks: attention must be sharp to solve them ----
-# Both tasks write their answers into MASK_ID slots and put the loss only there, so the same batch trains a
-# causal model (the slot sees only the past) and a bidirectional one (the answer is nowhere else in the
-# input): exact, Performer and Linformer models are compared on one footing. Symbols are printable bytes,
-# so `decode` shows a sequence as text.
+# Both tasks score only answer positions whose answer appears nowhere after them, so the same batch trains a
+# causal model and a bidirectional one (exact, Performer and Linformer on one footing); the loss and the
+# accuracy cover those positions only (targets IGNORE elsewhere). Symbols are printable bytes, so `decode`
+# shows a sequence as text.
 
 KEYS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 VALUES = "0123456789"
@@ -181,13 +181,15 @@ def _ids(chars):
 
 
 class AssociativeRecall:
-    """Key-value recall across a long gap (the "associative recall" probe of H3/Zoology, arXiv 2312.04927).
+    """Key-value recall across a long gap (multi-query associative recall, Zoology, arXiv 2312.04927).
 
     Layout of one sequence (seq_len tokens):
-        k1 v1 k2 v2 ... kP vP  . . . . (filler) . . .  q1 █ q2 █ ... qQ █
+        k1 v1 k2 v2 ... kP vP  . . . . (filler) . . . .  q1 q2 ... qQ
     P distinct keys (letters) each bound to a random value (digit); then Q queries, each a key from the
-    pairs followed by a MASK slot whose target is that key's value. Answering needs one query to find one
-    key among ~seq_len positions: a sharp, content-based lookup. Chance accuracy is 1 / n_values.
+    pairs, scored *at the query's own position* on that key's value. Nothing after a query reveals its
+    answer, so a causal and a bidirectional model see the same evidence. Answering needs a sharp,
+    content-based lookup: find the one earlier key equal to the query, read the value next to it (an
+    induction head). Chance accuracy is 1 / n_values.
     """
 
     requires_causal_model = False
@@ -200,8 +202,8 @@ class AssociativeRecall:
                              f"keys in one sequence are distinct")
         if not 2 <= n_values <= len(VALUES):
             raise ValueError(f"n_values must be in 2..{len(VALUES)}, got {n_values}")
-        if 2 * (n_pairs + n_queries) > seq_len:
-            raise ValueError(f"{n_pairs} pairs and {n_queries} queries need {2 * (n_pairs + n_queries)} "
+        if 2 * n_pairs + n_queries > seq_len:
+            raise ValueError(f"{n_pairs} pairs and {n_queries} queries need {2 * n_pairs + n_queries} "
                              f"positions, more than seq_len={seq_len}")
         self.seq_len, self.n_pairs, self.n_queries = seq_len, n_pairs, n_queries
         self.n_keys, self.n_values = n_keys, n_values
@@ -209,7 +211,7 @@ class AssociativeRecall:
         self.name = f"recall(n={seq_len}, pairs={n_pairs}, queries={n_queries})"
 
     def batch(self, split, batch_size, *, generator, device="cpu"):
-        """(x, targets), both (batch_size, seq_len); targets are IGNORE except at the Q answer slots."""
+        """(x, targets), both (batch_size, seq_len); targets are IGNORE except at the Q query positions."""
         if split not in SPLITS:
             raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
         B, P, Q = batch_size, self.n_pairs, self.n_queries
@@ -221,10 +223,8 @@ class AssociativeRecall:
         x = torch.full((B, self.seq_len), ord(FILLER), dtype=torch.long)
         y = torch.full((B, self.seq_len), IGNORE, dtype=torch.long)
         x[:, 0: 2 * P: 2], x[:, 1: 2 * P: 2] = keys, values
-        start = self.seq_len - 2 * Q
-        x[:, start::2] = keys.gather(1, asked)
-        x[:, start + 1::2] = MASK_ID
-        y[:, start + 1::2] = values.gather(1, asked)
+        x[:, self.seq_len - Q:] = keys.gather(1, asked)  # the queries, last Q positions
+        y[:, self.seq_len - Q:] = values.gather(1, asked)  # ... scored on their values
         return x.to(device), y.to(device)
 
     def __repr__(self):

@@ -91,7 +91,7 @@ def linformer_attention(q, k, v, E, F, *, mask=None, causal=False, scale=None):
     if causal:
         raise ValueError(CAUSAL_ERROR)
     H, M = k.shape[1], k.shape[2]
-    E_full = E.shape[-1] if isinstance(E, torch.Tensor) else None
+    full = [P.shape[-1] if isinstance(P, torch.Tensor) else None for P in (E, F)]
     E = check_projection("E", E, heads=H, length=M, like=k)  # (k, M) or (H, k, M)
     F = check_projection("F", F, heads=H, length=M, like=v)
     if E.shape[-2] != F.shape[-2]:
@@ -102,14 +102,17 @@ def linformer_attention(q, k, v, E, F, *, mask=None, causal=False, scale=None):
         k, v = k.masked_fill(padded, 0.0), v.masked_fill(padded, 0.0)
     k_proj = E @ k  # (k, M) @ (B, H, M, D) -> (B, H, k, D); an (H, k, M) E broadcasts per head
     v_proj = F @ v  # (B, H, k, Dv)
-    if mask is None and M == E_full:
+    if mask is None and full == [M, M]:
         return softmax_attention(q, k_proj, v_proj, scale=scale)  # (B, H, N, Dv), an (N x k) matrix per head
     # Padding or a short sequence can leave a slot with no real position at all (E = F = I, pooling windows
     # past the end). Such a slot is a zero key with a zero value, not a token: drop it as exact attention
     # drops a padded key. Dense learned E/F rows are never all zero, so this changes nothing for them.
     real = torch.ones(k.shape[0], M, dtype=k.dtype, device=k.device) if mask is None else mask.to(k.dtype)
     mass = lambda P: torch.einsum("...jm,bm->b...j", P.detach().abs(), real)  # (B, k) or (B, H, k)
-    slots = (mass(E) > 0) | (mass(F) > 0)
+    mE, mF = mass(E), mass(F)
+    if mE.ndim != mF.ndim:  # one of E, F is per head: give the shared one a head axis, (B, k) -> (B, 1, k)
+        mE, mF = (m if m.ndim == 3 else m[:, None, :] for m in (mE, mF))
+    slots = (mE > 0) | (mF > 0)  # (B, k) or (B, H, k)
     if slots.ndim == 2:
         return softmax_attention(q, k_proj, v_proj, mask=slots, scale=scale)  # (B, H, N, Dv)
     B, H, N = q.shape[:3]  # per-head slots: fold heads into the batch so each (b, h) has its own key mask

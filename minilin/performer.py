@@ -17,8 +17,9 @@ Numerical stability (FAVOR+ exponentiates; exp overflows float32 above ~88 and f
       the past, its #82). They subtract a *running* max r_j = max over positions ≤ j, which only grows;
       the prefix sums carry it as a log-scale and are rescaled by exp(r_old − r_new) ≤ 1 when it grows —
       the online-softmax trick, applied to the (m × Dv) state. A data-free bound also exists
-      (w_iᵀk' − |k'|²/2 ≤ |w_i|²/2), but it is loose by ~D/2 in the exponent: at D = 128 in float32 key
-      features fall to ~1e-20 and their products with query features to subnormals (errors of O(1)).
+      (w_iᵀk' − |k'|²/2 ≤ |w_i|²/2), but it is loose by tens in the exponent (81 at D = 128 for N(0, 1)
+      keys): in float32 key features fall near 1e-35 and their products with query features underflow
+      (output errors of O(1) measured at D = 128; tests/test_performer.py guards float32 there).
     Padded keys get exactly zero feature rows (φ(0) = 1/√m is not zero) and never enter a max.
     float16/bfloat16 inputs are computed in float32 and the output cast back: the sums of N features
     overflow float16 long before the exponentials do (fast-transformers#32).
@@ -138,7 +139,7 @@ def positive_features(x, projection, *, is_query, stabilize=True, normalize=True
             top = top.masked_fill(~_key_padding(mask, x), float("-inf"))
         top = top.amax(dim=-2, keepdim=True)  # one max over all real keys
         shift = shift + torch.where(torch.isfinite(top), top, torch.zeros_like(top))  # all padded: no shift
-    return torch.exp(wx - _padded_shift(shift, mask, x))
+    return wx.sub_(_padded_shift(shift, mask, x)).exp_()  # in place: wx is a fresh temporary (saves 2 passes)
 
 
 def _running_floor(dtype):
@@ -161,7 +162,7 @@ def causal_key_features(k, projection, *, normalize=True, mask=None):
     r = torch.cummax(top, dim=-1).values  # (..., M) running max over positions ≤ j
     r = r.clamp(min=_running_floor(r.dtype))  # before the first real key: finite, and exp(floor − r) = 0
     shift = half_sq + r[..., None] + 0.5 * math.log(projection.shape[0])
-    psi = torch.exp(wx - _padded_shift(shift, mask, k))  # ≤ 1/√m: the exponent is ≤ r_j by construction
+    psi = wx.sub_(_padded_shift(shift, mask, k)).exp_()  # ≤ 1/√m: the exponent is ≤ r_j by construction
     return psi, r
 
 

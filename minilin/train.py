@@ -44,8 +44,8 @@ class TrainConfig:
     steps: int = 600
     batch_size: int = 16            # per process under DDP
     lr: float = 3e-3
-    min_lr: float = 3e-4            # the cosine ends here
-    warmup: int = 60                # linear warm-up steps
+    min_lr: float | None = None     # the cosine ends here; None = lr / 10
+    warmup: int | None = None       # linear warm-up steps; None = steps / 10
     weight_decay: float = 0.1       # on matrices only (not norms, biases)
     beta1: float = 0.9
     beta2: float = 0.99
@@ -276,14 +276,25 @@ def _train(config, data, model, progress, resume, stop_at, log, rank, world, dev
         no_sync = ({"forward_sync_buffers": False} if "forward_sync_buffers" in inspect.signature(DDP).parameters
                    else {"broadcast_buffers": False})  # the name changed in torch 2.13
         wrapped = DDP(model, device_ids=[device.index] if device.type == "cuda" else None, **no_sync)
-    from tqdm.auto import tqdm
+    from tqdm import tqdm
     bar = tqdm(total=config.steps, initial=start, disable=not progress or rank != 0, desc="train",
                dynamic_ncols=True)
     elapsed = history.time[-1] if history.time else 0.0
+    min_lr = config.lr / 10 if config.min_lr is None else config.min_lr
+    warmup = config.steps // 10 if config.warmup is None else config.warmup
+
+    def emit(line):
+        if log is None or rank != 0:
+            return
+        if log is print and not bar.disable:
+            bar.write(line)  # above the progress bar, not through it
+        else:
+            log(line)
+
     last = min(config.steps, stop_at) if stop_at is not None else config.steps
     for step in range(start, last):
         t0 = time.perf_counter()
-        lr = lr_at(step, lr=config.lr, steps=config.steps, warmup=config.warmup, min_lr=config.min_lr)
+        lr = lr_at(step, lr=config.lr, steps=config.steps, warmup=warmup, min_lr=min_lr)
         for group in optimizer.param_groups:
             group["lr"] = lr * group["lr_scale"]
         x, y = data.batch("train", config.batch_size, generator=data_gen, device=device)
@@ -318,9 +329,8 @@ def _train(config, data, model, progress, resume, stop_at, log, rank, world, dev
             history.val_loss.append(ev["loss"])
             history.val_bits.append(ev["bits"])
             history.val_acc.append(ev["acc"])
-            if log is not None and rank == 0:
-                log(f"step {done:>6}  train loss {loss:.4f}  val loss {ev['loss']:.4f}  "
-                    f"val bits/byte {ev['bits']:.4f}  val acc {ev['acc']:.3f}  ({elapsed:.1f} s)")
+            emit(f"step {done:>6}  train loss {loss:.4f}  val loss {ev['loss']:.4f}  "
+                 f"val bits/byte {ev['bits']:.4f}  val acc {ev['acc']:.3f}  ({elapsed:.1f} s)")
         interval_hit = config.ckpt_interval and done % config.ckpt_interval == 0
         if config.out is not None and (interval_hit or done == last):
             _save(config.out, config, done, model, optimizer, data_gen, history, rank, world)
@@ -455,10 +465,12 @@ def build_parser():
     t = p.add_argument_group("training")
     t.add_argument("--data", help=f"pydoc, a UTF-8 file, or a task: {', '.join(TASKS)} (default {d.data})")
     t.add_argument("--objective", choices=("clm", "mlm"), help=f"text objective (default {d.objective})")
+    defaults = {"warmup": "steps / 10", "min_lr": "lr / 10"}
     for name in ("steps", "batch_size", "warmup", "eval_interval", "eval_batches", "seed", "ckpt_interval"):
-        t.add_argument("--" + name.replace("_", "-"), type=int, help=f"default {getattr(d, name)}")
+        t.add_argument("--" + name.replace("_", "-"), type=int, help=f"default {defaults.get(name, getattr(d, name))}")
     for name in ("lr", "min_lr", "weight_decay", "grad_clip", "ef_lr_scale", "mask_prob"):
-        t.add_argument("--" + name.replace("_", "-"), type=float, help=f"default {getattr(d, name)}")
+        t.add_argument("--" + name.replace("_", "-"), type=float,
+                       help=f"default {defaults.get(name, getattr(d, name))}")
     t.add_argument("--device", help="auto (default), cpu, cuda, cuda:1, ...")
     t.add_argument("--out", help="checkpoint path (written atomically at the end and every --ckpt-interval)")
     t.add_argument("--resume", help="continue from this checkpoint (its config; --steps may extend it)")

@@ -1,6 +1,5 @@
 """minilin.bench: the meta-device memory model against measured saved bytes, growth exponents, the CSV schema,
 slow / out-of-memory handling and the command line. Correctness only: no assertion depends on a timing."""
-import functools
 import math
 
 import pytest
@@ -15,13 +14,13 @@ OURS = ["exact", "exact-causal", "sdpa", "sdpa-causal", "linformer-k24", "favor"
 PEERS = ["peer-linformer-k24", "peer-performer", "peer-performer-causal", "peer-lat", "peer-lat-causal"]
 
 
-CASES = [(m, n) for m in OURS for n in (64, 160)] + [pytest.param(m, 96, marks=pytest.mark.peers) for m in PEERS]
+CASES = [(m, n) for m in OURS for n in (64, 160)] + [pytest.param(m, 40, marks=pytest.mark.peers) for m in PEERS]
 
 
 @pytest.mark.parametrize("method, n", CASES)
 def test_meta_model_predicts_measured_saved_bytes(method, n):
     # The model runs the very same code on device="meta"; the tensors autograd keeps have the same shapes and
-    # dtypes there, so the bytes must agree exactly (n=160, 96: not multiples of the FAVOR+ chunk of 128).
+    # dtypes there, so the bytes must agree exactly (n=160, 40: not multiples of the FAVOR+ chunk of 128).
     measured = bench.measured_saved_bytes(method, n, SMALL, device="cpu")
     model = bench.model_case(method, n, SMALL)["model_saved_bytes"]
     assert measured == model
@@ -74,16 +73,11 @@ def test_exact_forward_peak_holds_the_attention_matrix():
     assert bench.model_case("sdpa", n, SMALL)["model_peak_fwd_bytes"] < matrix / 10  # fused: no N x N
 
 
-GROWTH_NS = (2048, 4096, 8192, 16384, 32768)
+GROWTH_NS = (2048, 4096, 8192, 16384)
 
 
-@functools.cache
-def _model(method, n):
-    return bench.model_case(method, n, SMALL)
-
-
-def _slope(method, metric):
-    return bench.growth_exponent(GROWTH_NS, [_model(method, n)[metric] for n in GROWTH_NS])
+def _slope(method, metric):  # bench.model_case caches per process: four metrics cost one model run per n
+    return bench.growth_exponent(GROWTH_NS, [bench.model_case(method, n, SMALL)[metric] for n in GROWTH_NS])
 
 
 @pytest.mark.parametrize("metric", ["model_saved_bytes", "model_peak_fwd_bytes", "model_flops_fwd",
@@ -171,9 +165,12 @@ def test_predicted_out_of_memory_is_recorded_not_run():
 def test_too_slow_is_recorded_and_larger_lengths_skipped():
     df = bench.to_frame(bench.run(TINY, methods=("exact",), max_seconds=0.0))
     measured = df[df["source"] == "measured"].set_index(["n", "metric"])["status"]
-    assert measured[(32, "saved_bytes")] == "ok"  # measured before any timing
-    assert measured[(32, "time_fwd")] == "slow" and measured[(32, "time_fwdbwd")] == "slow"
+    # the first (warm-up) call already exceeds the limit: nothing of that case is kept, nothing larger runs
+    assert set(measured.loc[32].index) == {"time_fwd", "time_fwdbwd", "saved_bytes"}
+    assert set(measured.loc[32]) == {"slow"}
     assert set(measured.loc[64]) == {"skipped"}
+    assert df[df["source"] == "measured"]["value"].isna().all()
+    assert "took" in df[(df["source"] == "measured") & (df["n"] == 32)]["note"].iloc[0]
 
 
 def test_out_of_memory_error_is_caught(monkeypatch):

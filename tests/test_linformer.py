@@ -66,13 +66,13 @@ def linformer_cases(draw):
     N, M = draw(st.integers(1, 5)), draw(st.integers(1, 5))
     seq_len = M + draw(st.integers(0, 3))  # sequences shorter than seq_len slice E/F
     kk, D = draw(st.integers(1, 4)), draw(st.integers(1, 4))
-    per_head = draw(st.booleans())
+    per_head_E, per_head_F = draw(st.booleans()), draw(st.booleans())  # mixed shapes are allowed too
     use_mask = draw(st.booleans())
     bits = draw(st.lists(st.booleans(), min_size=B * M, max_size=B * M))
     seed = draw(st.integers(0, 2**16))
     q, k, v = qkv(B, H, N, M, D, seed=seed)
-    shape = (H, kk, seq_len) if per_head else (kk, seq_len)
-    E, F = rand(*shape, seed=seed + 3), rand(*shape, seed=seed + 4)
+    E = rand(*((H,) if per_head_E else ()), kk, seq_len, seed=seed + 3)
+    F = rand(*((H,) if per_head_F else ()), kk, M + draw(st.integers(0, 3)), seed=seed + 4)  # its own seq_len
     if draw(st.booleans()):  # sparse 0/1 projections (identity- or pooling-like) leave some slots empty
         E, F = (E > 0.5).to(f64), (F > 0.5).to(f64) if draw(st.booleans()) else (E > 0.5).to(f64)
     mask = torch.tensor(bits).view(B, M) if use_mask else None

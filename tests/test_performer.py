@@ -206,7 +206,8 @@ def test_recurrent_step_equals_chunked(kernel):
     for t in range(19):
         out, state = favor_step(q[:, :, t:t + 1], k[:, :, t:t + 1], v[:, :, t:t + 1], w, state, kernel=kernel)
         outs.append(out)
-    assert isinstance(state, FavorState) and state.position == 19 and state.kv.shape == (2, 3, 24 if kernel == "trig" else 12, 5)
+    features = 24 if kernel == "trig" else 12  # trig: sin and cos of 12 directions
+    assert isinstance(state, FavorState) and state.position == 19 and state.kv.shape == (2, 3, features, 5)
     torch.testing.assert_close(torch.cat(outs, dim=2), ref, rtol=0, atol=TOL)
     # several tokens per call: the same recurrence
     out_a, st_a = favor_step(q[:, :, :7], k[:, :, :7], v[:, :, :7], w, kernel=kernel)
@@ -226,7 +227,8 @@ def test_causal_last_row_equals_non_causal():
 def test_linear_attention_needs_no_n_by_n_matrix():
     """Associativity: φ(Q)(φ(K)ᵀV) == (φ(Q)φ(K)ᵀ)V, checked on the bare linear forms."""
     g = gen(20)
-    pq, pk = torch.rand(1, 1, 6, 4, generator=g, dtype=torch.float64), torch.rand(1, 1, 9, 4, generator=g, dtype=torch.float64)
+    pq = torch.rand(1, 1, 6, 4, generator=g, dtype=torch.float64)
+    pk = torch.rand(1, 1, 9, 4, generator=g, dtype=torch.float64)
     v = torch.randn(1, 1, 9, 3, generator=g, dtype=torch.float64)
     a = pq @ pk.transpose(-2, -1)
     torch.testing.assert_close(linear_attention(pq, pk, v), (a / a.sum(-1, keepdim=True)) @ v, rtol=0, atol=TOL)

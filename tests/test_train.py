@@ -87,6 +87,13 @@ def test_training_lowers_the_loss_and_evaluates_bits(corpus):
     assert isinstance(h.model, TinyLM) and h.params == sum(p.numel() for p in h.model.parameters())
 
 
+def test_default_warmup_and_min_lr_follow_steps_and_lr(corpus):
+    h = train(small(steps=20, warmup=None, min_lr=None, lr=2e-3, eval_interval=20, eval_batches=1), data=corpus)
+    assert h.lr[0] == pytest.approx(2e-3 / 2) and h.lr[1] == pytest.approx(2e-3)  # warm-up = 20 / 10 steps
+    assert h.lr[-1] == pytest.approx(lr_at(19, lr=2e-3, steps=20, warmup=2, min_lr=2e-4))
+    assert min(h.lr[2:]) > 2e-4 and h.lr == sorted(h.lr[:2]) + sorted(h.lr[2:], reverse=True)
+
+
 def test_evaluate_uses_the_same_batches_every_time(corpus):
     torch.manual_seed(0)
     model = TinyLM(small().model)

@@ -1,0 +1,106 @@
+"""minilin.plots: ratio tables, the Linformer Table 3 transcription, growth tables and figures, on a
+synthetic bench CSV whose answers are known."""
+import math
+
+import matplotlib
+import pytest
+
+matplotlib.use("Agg")
+
+from minilin import bench, plots  # noqa: E402
+
+
+def synthetic(tmp_path=None):
+    """exact: time n²·1e-9, memory n²; linformer-k128: time n·k·1e-9·4, memory 8·n·k; a failed exact case."""
+    rows = []
+    common = {"device": "cpu", "device_name": "test", "dtype": "float32", "torch": "x", "batch": 1,
+              "heads": 8, "dim_head": 64, "nb_features": 256, "note": ""}
+    for n in (1024, 4096, 8192, 65536):
+        for method, k, time_s, mem in (("exact", None, n * n * 1e-9, n * n),
+                                       ("linformer-k128", 128, 4 * n * 128 * 1e-9, 8 * n * 128),
+                                       ("favor-causal", None, 2 * n * 1e-6, 4000 * n)):
+            status = "oom" if (method == "exact" and n == 65536) else "ok"
+            for metric, value, source in (("time_fwd", time_s, "measured"),
+                                          ("model_peak_fwd_bytes", mem, "model")):
+                if source == "measured" and n == 65536 and method != "exact":
+                    continue
+                rows.append({**common, "method": method, "n": n, "metric": metric,
+                             "value": value if (status == "ok" or source == "model") else math.nan,
+                             "unit": {**bench.MEASURED_METRICS, **bench.MODEL_METRICS}[metric],
+                             "source": source, "status": "ok" if source == "model" else status,
+                             "k": k or "", "causal": method.endswith("causal")})
+    if tmp_path is None:
+        return bench.to_frame(rows)
+    return bench.load_csv(bench.write_csv(rows, tmp_path / "s.csv"))
+
+
+def test_table3_transcription_matches_the_paper():
+    # spot checks against the issue's quote of Linformer Table 3 (arXiv 2006.04768)
+    assert plots.TABLE3_PAPER[4096][256] == (3.2, 13)
+    assert plots.TABLE3_PAPER[8192][256] == (5.0, 26)
+    assert plots.TABLE3_PAPER[16384][128] == (8.6, 56)
+    assert plots.TABLE3_PAPER[65536][128] == (20, 60)
+    for n, row in plots.TABLE3_PAPER.items():
+        for k, (time_saved, mem_saved) in row.items():
+            assert k < n and time_saved >= 1 and mem_saved >= 1
+        ks = sorted(row)
+        assert [row[k][1] for k in ks] == sorted((row[k][1] for k in ks), reverse=True)  # smaller k saves more
+
+
+def test_ratio_table(tmp_path):
+    df = synthetic(tmp_path)
+    mem = plots.ratio_table(df, "model_peak_fwd_bytes", methods=["exact", "linformer-k128"])
+    assert list(mem.columns) == ["linformer-k128"]
+    for n in (1024, 4096, 8192, 65536):
+        assert mem.loc[n, "linformer-k128"] == pytest.approx(n / (8 * 128))
+    tim = plots.ratio_table(df, "time_fwd")
+    assert set(tim.columns) == {"linformer-k128", "favor-causal"}
+    assert tim.loc[4096, "linformer-k128"] == pytest.approx(4096 / 512)
+    assert 65536 not in tim.index  # exact ran out of memory there: no ratio, not a fake one
+
+
+def test_table3_side_by_side(tmp_path):
+    df = synthetic(tmp_path)
+    table = plots.table3(df, ks=(128,))
+    assert list(table.columns) == ["k=128 paper time/mem", "k=128 ours time/mem"]
+    assert table.loc[4096, "k=128 paper time/mem"] == "3.4x / 14x"
+    assert table.loc[4096, "k=128 ours time/mem"] == "8x / 4x"  # 4096/512 time, 4096/1024 memory
+    assert table.loc[65536, "k=128 ours time/mem"] == "– / 64x"
+    assert table.loc[1024, "k=128 ours time/mem"] == "2x / 1x"
+
+
+def test_growth_table(tmp_path):
+    df = synthetic(tmp_path)
+    g = plots.growth_table(df, ["model_peak_fwd_bytes", "time_fwd"])
+    assert g.loc["exact", "model_peak_fwd_bytes"] == pytest.approx(2.0)
+    assert g.loc["linformer-k128", "model_peak_fwd_bytes"] == pytest.approx(1.0)
+    assert g.loc["exact", "time_fwd"] == pytest.approx(2.0)  # fitted on the ok rows only
+    assert list(g.index) == ["exact", "linformer-k128", "favor-causal"]  # DEFAULT_METHODS order
+
+
+def test_palette_is_stable_and_distinct():
+    colors = plots.palette(list(bench.DEFAULT_METHODS))
+    assert len(set(colors.values())) == len(bench.DEFAULT_METHODS)
+    assert plots.palette(["favor"])["favor"] == colors["favor"]  # independent of what else is plotted
+
+
+def test_plot_curves(tmp_path):
+    df = synthetic(tmp_path)
+    fig = plots.plot_curves(df, ["time_fwd", "model_peak_fwd_bytes", "not_a_metric"])
+    axes = [ax for ax in fig.axes if ax.get_title()]
+    assert [ax.get_title() for ax in axes] == ["forward time (measured)", "peak memory, forward (meta model)"]
+    assert all(ax.get_xscale() == "log" and ax.get_yscale() == "log" for ax in axes)
+    assert [ax.get_ylabel() for ax in axes] == ["seconds", "bytes"]
+    assert "cpu (test), float32" in fig._suptitle.get_text()
+    with pytest.raises(ValueError, match="none of the requested metrics"):
+        plots.plot_curves(df, ["nothing"])
+    paths = plots.save_figures(df, str(tmp_path / "fig"))
+    assert [p.rsplit("/", 1)[-1] for p in paths] == ["fig-measured.png", "fig-model.png"]
+    matplotlib.pyplot.close("all")
+
+
+def test_summary_lists_failures_and_tables(tmp_path):
+    text = plots.summary(synthetic(tmp_path))
+    assert text.splitlines()[0] == "minilin bench: cpu (test), float32, B=1 H=8 D=64 m=256"
+    assert "exact n=65536: oom" in text
+    assert "growth exponents" in text and "Linformer Table 3" in text
