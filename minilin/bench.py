@@ -10,9 +10,9 @@ m (`BenchConfig`); E and F are shared by all heads (as in the `linformer` packag
 (requires_grad=False), FAVOR+ projections are fixed buffers in both our code and performer-pytorch.
 
 Three kinds of numbers, told apart by the CSV column `source`:
-  measured  time: torch.utils.benchmark.Timer on CPU, CUDA events on GPU; one warm-up call, then `rounds`
-            timed blocks per (method, n, pass) with all methods interleaved (so a load change hits every
-            method alike), reported as the median; passes "fwd" (no_grad) and "fwdbwd" (forward + the
+  measured  time: torch.utils.benchmark.Timer on CPU, CUDA events on GPU; warm-up calls, then up to
+            `rounds` timed blocks per (method, n, pass) with all methods interleaved (so a load change hits
+            every method alike), reported as the median; passes "fwd" (no_grad) and "fwdbwd" (forward + the
             gradients of q, k, v).
             saved_bytes: what autograd keeps for backward (`saved_tensors_hooks`), each storage counted once,
             inputs and constant buffers included (they are kept alive by the graph).
@@ -53,7 +53,7 @@ from torch.utils.flop_counter import FlopCounterMode, sdpa_backward_flop_count, 
 from minilin.attention import softmax_attention
 
 CSV_COLUMNS = ("method", "n", "metric", "value", "unit", "source", "status", "note", "device", "device_name",
-               "dtype", "torch", "batch", "heads", "dim_head", "k", "nb_features", "causal")
+               "dtype", "torch", "threads", "batch", "heads", "dim_head", "k", "nb_features", "causal")
 STATUSES = ("ok", "slow", "oom", "skipped")
 MEASURED_METRICS = {"time_fwd": "s", "time_fwdbwd": "s", "saved_bytes": "B",
                     "peak_fwd_bytes": "B", "peak_fwdbwd_bytes": "B"}  # the peak_* ones on CUDA only
@@ -67,8 +67,8 @@ DTYPES = {"float32": torch.float32, "float64": torch.float64, "float16": torch.f
 
 @dataclass
 class BenchConfig:
-    """One sweep. Defaults: the shapes of a BERT-base head (D=64, 8 heads), FAVOR+'s released m=256."""
-    lengths: tuple = (256, 512, 1024, 2048, 4096)       # n measured on the real device
+    """One sweep. Defaults: 8 heads of D=64 (BERT-base's head size), batch 1, FAVOR+'s released m=256."""
+    lengths: tuple = (256, 512, 1024, 2048, 4096, 8192)  # n measured on the real device
     model_lengths: tuple = None                          # n for the meta model; None: lengths doubled to 65536
     methods: tuple = None                                # names (see `method_names()`); None: DEFAULT_METHODS
     batch: int = 1
@@ -83,6 +83,7 @@ class BenchConfig:
     max_seconds: float = 5.0     # one call slower than this -> "slow" (and larger n skipped)
     max_bytes: int = None        # predicted peak above this -> "oom" without running; None: see resolve_max_bytes
     seed: int = 0
+    threads: int = None          # CPU threads for torch during the sweep; None: leave torch's setting
     progress: bool = True
 
 
@@ -532,6 +533,16 @@ def _free(device):
 def run(cfg=None, **overrides):
     """Run a sweep; returns tidy rows (dicts with CSV_COLUMNS): one per method × n × metric."""
     cfg = replace(cfg or BenchConfig(), **overrides)
+    threads = torch.get_num_threads()
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    try:
+        return _run(cfg)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _run(cfg):
     from tqdm import tqdm  # not tqdm.auto: in Jupyter without ipywidgets it warns on stderr
 
     device, dtype = resolve_device(cfg.device), resolve_dtype(cfg.dtype)
@@ -543,7 +554,7 @@ def run(cfg=None, **overrides):
         if name not in ("fwd", "fwdbwd"):
             raise ValueError(f"passes must be 'fwd' and/or 'fwdbwd', got {name!r}")
     common = {"device": device.type, "device_name": device_name(device), "dtype": cfg.dtype,
-              "torch": torch.__version__, "batch": cfg.batch, "heads": cfg.heads, "dim_head": cfg.dim_head,
+              "torch": torch.__version__, "threads": torch.get_num_threads(), "batch": cfg.batch, "heads": cfg.heads, "dim_head": cfg.dim_head,
               "nb_features": cfg.nb_features}
     rows = []
 
@@ -783,10 +794,11 @@ def build_parser():
                    help="comma-separated method names, 'default' or 'all-ours' (the default ones without peers)")
     p.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda or cuda:N")
     p.add_argument("--dtype", default="float32", choices=sorted(DTYPES))
-    p.add_argument("--batch", type=int, default=d.batch)
-    p.add_argument("--heads", type=int, default=d.heads)
-    p.add_argument("--dim-head", type=int, default=d.dim_head)
-    p.add_argument("--nb-features", type=int, default=d.nb_features, help="FAVOR+ random features m")
+    p.add_argument("--batch", type=int, default=d.batch, help=f"batch size B (default {d.batch})")
+    p.add_argument("--heads", type=int, default=d.heads, help=f"heads H (default {d.heads})")
+    p.add_argument("--dim-head", type=int, default=d.dim_head, help=f"head dimension D (default {d.dim_head})")
+    p.add_argument("--nb-features", type=int, default=d.nb_features,
+                   help=f"FAVOR+ random features m, ours and performer-pytorch's (default {d.nb_features})")
     p.add_argument("--min-run-time", type=float, default=None,
                    help=f"seconds of timed calls per method, n and pass (default {d.min_run_time})")
     p.add_argument("--rounds", type=int, default=None, help=f"interleaved timing rounds (default {d.rounds})")
@@ -796,10 +808,14 @@ def build_parser():
                    help="predicted peak above this is recorded as 'oom' without running, e.g. 4GiB "
                         "(default on CPU: a quarter of RAM; on CUDA: run and catch out-of-memory errors)")
     p.add_argument("--passes", default="fwd,fwdbwd", help="fwd, fwdbwd or both (default)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=None,
+                   help="CPU threads for torch (default: torch's own choice); 1 gives steadier timings on a busy "
+                        "machine")
+    p.add_argument("--seed", type=int, default=0, help="seed of the inputs, E, F and projections (default 0)")
     p.add_argument("--out", default="results/local", help="output folder for CSV and PNG (default results/local)")
     p.add_argument("--quick", action="store_true",
-                   help="small CPU-friendly sweep (under 2 minutes on a 2-core CPU)")
+                   help="small CPU-friendly sweep, under 2 minutes on a 2-core CPU: lengths 256..2048, the model "
+                        "at 256..2048, 4096, 16384, 65536, short timings, calls over 0.5 s recorded as slow")
     p.add_argument("--no-plots", action="store_true", help="write the CSV only")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
@@ -825,6 +841,7 @@ def config_from_args(args):
         device=args.device, dtype=args.dtype, passes=tuple(p.strip() for p in args.passes.split(",")),
         min_run_time=pick(args.min_run_time, "min_run_time"), rounds=pick(args.rounds, "rounds"),
         max_seconds=pick(args.max_seconds, "max_seconds"), max_bytes=args.max_memory, seed=args.seed,
+        threads=args.threads,
         progress=not args.no_progress)
 
 

@@ -361,13 +361,16 @@ def count_parameters(model):
 # ---- reference models ----------------------------------------------------------------------------------
 
 class TransformerEncoderLM(nn.Module):
-    """The benchmark anchor: PyTorch's own nn.TransformerEncoder as a causal byte LM, with TinyLM's sizes.
+    """The benchmark anchor: PyTorch's own nn.TransformerEncoder as a causal byte LM.
 
-    Token + learned position embeddings, depth × nn.TransformerEncoderLayer(dim, heads, ff_mult·dim, GELU,
-    pre-norm, batch_first) under the square causal mask, final LayerNorm, linear head. PyTorch's default init.
+    Token + learned position embeddings, depth × nn.TransformerEncoderLayer under the square causal mask,
+    a linear head; PyTorch's default init. pytorch_defaults=False (arch "torch-encoder"): TinyLM's block
+    shape — feed-forward ff_mult·dim, GELU, pre-norm, config.dropout, a final LayerNorm — so the two differ
+    only in code. pytorch_defaults=True (arch "torch-encoder-defaults"): the layer as PyTorch constructs it
+    with only (dim, heads) given — feed-forward 2048, ReLU, post-norm, dropout 0.1.
     """
 
-    def __init__(self, config=None):
+    def __init__(self, config=None, *, pytorch_defaults=False):
         super().__init__()
         config = LMConfig() if config is None else config
         if not config.causal:
@@ -375,11 +378,14 @@ class TransformerEncoderLM(nn.Module):
         self.config = config
         self.tok_emb = nn.Embedding(config.vocab_size + 1, config.dim)
         self.pos_emb = nn.Embedding(config.block_size, config.dim)
-        layer = nn.TransformerEncoderLayer(config.dim, config.heads, config.ff_mult * config.dim,
-                                           dropout=config.dropout, activation="gelu", batch_first=True,
-                                           norm_first=True)
+        if pytorch_defaults:
+            layer = nn.TransformerEncoderLayer(config.dim, config.heads, batch_first=True)
+        else:
+            layer = nn.TransformerEncoderLayer(config.dim, config.heads, config.ff_mult * config.dim,
+                                               dropout=config.dropout, activation="gelu", batch_first=True,
+                                               norm_first=True)
         self.encoder = nn.TransformerEncoder(layer, config.depth, enable_nested_tensor=False)
-        self.ln_f = nn.LayerNorm(config.dim)
+        self.ln_f = nn.Identity() if pytorch_defaults else nn.LayerNorm(config.dim)  # post-norm ends normalised
         self.head = nn.Linear(config.dim, config.vocab_size, bias=False)
 
     def forward(self, idx, targets=None):
@@ -417,6 +423,7 @@ class LinearAttentionTransformerBaseline(nn.Module):
 
 
 ARCHS = {"tinylm": TinyLM, "torch-encoder": TransformerEncoderLM,
+         "torch-encoder-defaults": lambda config: TransformerEncoderLM(config, pytorch_defaults=True),
          "linear-attention-transformer": LinearAttentionTransformerBaseline}
 
 

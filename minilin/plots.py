@@ -74,9 +74,10 @@ def palette(methods):
 
 
 def describe(df):
-    """'cpu (name), float32, B=1 H=8 D=64 m=256' from the CSV's columns."""
+    """'cpu (name, 2 threads), float32, B=1 H=8 D=64 m=256' from the CSV's columns."""
     first = df.iloc[0]
-    return (f"{first['device']} ({first['device_name']}), {first['dtype']}, B={first['batch']} "
+    threads = f", {first['threads']} threads" if first["device"] == "cpu" else ""
+    return (f"{first['device']} ({first['device_name']}{threads}), {first['dtype']}, B={first['batch']} "
             f"H={first['heads']} D={first['dim_head']} m={first['nb_features']}")
 
 
@@ -174,9 +175,11 @@ def summary(df):
             if base in set(df["method"]) and metric in set(df["metric"]):
                 table = ratio_table(df, metric, baseline=base)
                 if not table.empty:
-                    lines += ["", f"{base} {metric} / method {metric} (> 1: the method is faster):",
-                              table.round(2).to_string()]
-    ks = sorted(int(m.split("-k")[1]) for m in set(df["method"]) if m.startswith("linformer-k"))
+                    lines += ["", f"{base} {metric} / method {metric} (> 1: the method is faster), columns n:",
+                              table.T.round(2).to_string()]
+    paper_ks = {k for row in TABLE3_PAPER.values() for k in row}
+    ks = sorted(k for k in (int(m.split("-k")[1]) for m in set(df["method"]) if m.startswith("linformer-k"))
+                if k in paper_ks)
     if ks and "exact" in set(df["method"]):
         lines += ["", "Linformer Table 3 (paper: whole model, V100) vs ours (attention only):",
                   table3(df, ks).to_string()]

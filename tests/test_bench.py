@@ -126,7 +126,7 @@ def test_csv_schema(tmp_path):
     assert list(df.columns) == list(bench.CSV_COLUMNS)
     assert set(df["status"]) == {"ok"}
     assert set(df["device"]) == {"cpu"} and set(df["dtype"]) == {"float32"}
-    assert set(df["torch"]) == {torch.__version__}
+    assert set(df["torch"]) == {torch.__version__} and set(df["threads"]) == {torch.get_num_threads()}
     assert (df["batch"] == 1).all() and (df["heads"] == 2).all() and (df["dim_head"] == 8).all()
     assert not df.duplicated(["method", "n", "metric"]).any()  # tidy: one row per method x n x metric
     for _, row in df.iterrows():
@@ -160,6 +160,13 @@ def test_predicted_out_of_memory_is_recorded_not_run():
     assert measured[measured["status"] != "ok"]["value"].isna().all()
     assert "predicted peak" in measured[(measured["method"] == "exact") & (measured["n"] == 64)]["note"].iloc[0]
     assert (df[df["source"] == "model"]["status"] == "ok").all()  # the model covers every case regardless
+
+
+def test_threads_are_set_for_the_sweep_and_restored():
+    before = torch.get_num_threads()
+    df = bench.to_frame(bench.run(TINY, methods=("exact",), lengths=(32,), model_lengths=(32,), threads=1))
+    assert set(df["threads"]) == {1}
+    assert torch.get_num_threads() == before
 
 
 def test_too_slow_is_recorded_and_larger_lengths_skipped():

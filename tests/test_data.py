@@ -132,23 +132,34 @@ def test_masked_lm_corpus_batch():
         ByteCorpus(block_size=8, objective="causal")
 
 
-def test_associative_recall_answers_are_the_bound_values():
-    task = AssociativeRecall(seq_len=96, n_pairs=12, n_queries=10)
+@pytest.mark.parametrize("fused", [True, False])
+def test_associative_recall_answers_are_the_bound_values(fused):
+    task = AssociativeRecall(seq_len=96, n_pairs=12, n_queries=10, fused=fused)
     x, y = task.batch("train", 16, generator=gen(4))
     assert x.shape == y.shape == (16, 96)
+    width = 1 if fused else 2
     for row_x, row_y in zip(x.tolist(), y.tolist()):
-        pairs = dict(zip(row_x[0:24:2], row_x[1:24:2]))
+        if fused:  # one byte >= 128 per pair: 128 + key * n_values + value
+            pairs = {ord(KEYS[(t - 128) // 8]): ord(VALUES[(t - 128) % 8]) for t in row_x[:12]}
+            assert all(t >= 128 for t in row_x[:12])
+        else:
+            pairs = dict(zip(row_x[0:24:2], row_x[1:24:2]))
         assert len(pairs) == 12                                   # keys are distinct in a sequence
-        assert all(chr(k) in KEYS and chr(v) in VALUES for k, v in pairs.items())
+        assert all(chr(k) in KEYS[:16] and chr(v) in VALUES[:8] for k, v in pairs.items())
         slots = [t for t, target in enumerate(row_y) if target != IGNORE]
-        assert slots == list(range(96 - 20 + 1, 96, 2))          # one answer slot after each query key
+        assert slots == list(range(86, 96))                       # the queries are scored in place
         for t in slots:
-            assert row_x[t] == MASK_ID and row_y[t] == pairs[row_x[t - 1]]
-        assert set(row_x[24:76]) == {ord(".")}
+            assert row_y[t] == pairs[row_x[t]]                   # ... on the value bound to their key
+        assert set(row_x[12 * width:86]) == {ord(".")}
     x2, _ = task.batch("train", 16, generator=gen(4))
     assert torch.equal(x, x2)
+    if fused:
+        shown = task.show(x[0])
+        assert shown.count("[") == 12 and shown.endswith(decode(x[0, 86:]))
     with pytest.raises(ValueError, match="positions"):
-        AssociativeRecall(seq_len=20, n_pairs=8)
+        AssociativeRecall(seq_len=12, n_pairs=8, fused=fused)  # 8 (or 16) + 8 positions
+    with pytest.raises(ValueError, match="fused pairs"):
+        AssociativeRecall(n_keys=52, n_values=10)
 
 
 def test_span_copy_targets_are_the_span():

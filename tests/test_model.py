@@ -254,14 +254,20 @@ def test_masked_lm_model_reads_the_mask_token():
     assert model.tok_emb.num_embeddings == 257
 
 
-def test_transformer_encoder_anchor_is_causal():
+@pytest.mark.parametrize("arch", ["torch-encoder", "torch-encoder-defaults"])
+def test_transformer_encoder_anchor_is_causal(arch):
     torch.manual_seed(0)
-    model = TransformerEncoderLM(LMConfig(block_size=16, dim=32)).double().eval()
+    model = build_model(LMConfig(block_size=16, dim=32), arch).double().eval()
     x = ids(2, 16)
     x2 = x.clone()
     x2[:, 10:] = 0
     torch.testing.assert_close(model(x)[0][:, :10], model(x2)[0][:, :10], rtol=0, atol=TOL)
-    assert count_parameters(model) > count_parameters(TinyLM(LMConfig(block_size=16, dim=32)))  # + biases
+    assert not torch.allclose(model(x)[0][:, 10:], model(x2)[0][:, 10:])
+    tiny_params = count_parameters(TinyLM(LMConfig(block_size=16, dim=32)))
+    if arch == "torch-encoder":  # TinyLM's shape plus the biases of q, k, v
+        assert count_parameters(model) == tiny_params + 2 * 3 * 32
+    else:  # PyTorch's default feed-forward is 2048 wide
+        assert model.encoder.layers[0].linear1.out_features == 2048
 
 
 @pytest.mark.peers

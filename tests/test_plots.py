@@ -13,7 +13,7 @@ from minilin import bench, plots  # noqa: E402
 def synthetic(tmp_path=None):
     """exact: time n²·1e-9, memory n²; linformer-k128: time n·k·1e-9·4, memory 8·n·k; a failed exact case."""
     rows = []
-    common = {"device": "cpu", "device_name": "test", "dtype": "float32", "torch": "x", "batch": 1,
+    common = {"device": "cpu", "device_name": "test", "dtype": "float32", "torch": "x", "threads": 2, "batch": 1,
               "heads": 8, "dim_head": 64, "nb_features": 256, "note": ""}
     for n in (1024, 4096, 8192, 65536):
         for method, k, time_s, mem in (("exact", None, n * n * 1e-9, n * n),
@@ -91,7 +91,7 @@ def test_plot_curves(tmp_path):
     assert [ax.get_title() for ax in axes] == ["forward time (measured)", "peak memory, forward (meta model)"]
     assert all(ax.get_xscale() == "log" and ax.get_yscale() == "log" for ax in axes)
     assert [ax.get_ylabel() for ax in axes] == ["seconds", "bytes"]
-    assert "cpu (test), float32" in fig._suptitle.get_text()
+    assert "cpu (test, 2 threads), float32" in fig._suptitle.get_text()
     with pytest.raises(ValueError, match="none of the requested metrics"):
         plots.plot_curves(df, ["nothing"])
     paths = plots.save_figures(df, str(tmp_path / "fig"))
@@ -101,6 +101,6 @@ def test_plot_curves(tmp_path):
 
 def test_summary_lists_failures_and_tables(tmp_path):
     text = plots.summary(synthetic(tmp_path))
-    assert text.splitlines()[0] == "minilin bench: cpu (test), float32, B=1 H=8 D=64 m=256"
+    assert text.splitlines()[0] == "minilin bench: cpu (test, 2 threads), float32, B=1 H=8 D=64 m=256"
     assert "exact n=65536: oom" in text
     assert "growth exponents" in text and "Linformer Table 3" in text
