@@ -149,9 +149,9 @@ def evaluate(model, data, *, batches=8, batch_size=16, seed=0, device="cpu", spl
         logits, _ = model(x)
         keep = y != IGNORE
         logits, y = logits[keep].float(), y[keep]  # (P, V), (P,)
-        sums += torch.stack([torch.nn.functional.cross_entropy(logits, y, reduction="sum").double(),
-                             (logits.argmax(-1) == y).sum().double(), torch.tensor(float(len(y)), device=device,
-                                                                                    dtype=torch.float64)])
+        sums[0] += torch.nn.functional.cross_entropy(logits, y, reduction="sum").double()
+        sums[1] += (logits.argmax(-1) == y).sum()
+        sums[2] += len(y)
     if world > 1:
         dist.all_reduce(sums)
     model.train(was_training)

@@ -218,7 +218,7 @@ def test_parse_lengths():
 
 
 def test_cli_writes_csv_and_png(tmp_path, capsys):
-    code = bench.main(["--lengths", "32,64", "--model-lengths", "32,64,128", "--methods", "exact,linformer-k16",
+    code = bench.main(["--lengths", "32,64", "--model-lengths", "32,64,128", "--methods", "exact,linformer-k128",
                        "--heads", "2", "--dim-head", "8", "--nb-features", "16", "--min-run-time", "0.002",
                        "--rounds", "2", "--no-progress", "--out", str(tmp_path)])
     assert code == 0
