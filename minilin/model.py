@@ -235,7 +235,8 @@ class TinyLM(nn.Module):
         shared_E = None
         for layer in range(config.depth):
             self.blocks.append(Block(config, layer, shared_E))
-            if config.linformer_sharing == "layerwise" and shared_E is None and kinds[layer] == "linformer":
+            if (config.linformer_sharing == "layerwise" and shared_E is None and kinds[layer] == "linformer"
+                    and config.linformer_projection != "mean"):  # mean pooling has no learned E to share
                 shared_E = self.blocks[-1].attn.E  # one E for the whole model (Linformer §4)
         self.ln_f = nn.LayerNorm(config.dim)
         self.head = nn.Linear(config.dim, config.vocab_size, bias=False)

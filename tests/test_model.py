@@ -282,3 +282,16 @@ def test_linear_attention_transformer_baseline_is_causal():
     torch.testing.assert_close(logits[:, :10], model(x2)[0][:, :10], rtol=0, atol=TOL)
     with pytest.raises(ValueError, match="unknown arch"):
         build_model(LMConfig(), "gpt")
+
+
+@pytest.mark.parametrize("projection", ["linear", "mean", "conv"])
+def test_layerwise_sharing_builds_for_every_projection_kind(projection):
+    from minilin.model import LMConfig, TinyLM
+    cfg = LMConfig(attention="linformer", causal=False, depth=2, block_size=32, linformer_k=8,
+                   linformer_sharing="layerwise", linformer_projection=projection)
+    model = TinyLM(cfg)
+    idx = torch.randint(0, 256, (2, 32), generator=torch.Generator().manual_seed(0))
+    logits, _ = model(idx)
+    assert logits.shape == (2, 32, 256)
+    if projection != "mean":  # one learned E for the whole model, the same object in every layer
+        assert model.blocks[0].attn.E is model.blocks[1].attn.E
