@@ -62,12 +62,12 @@ def linformer_into_ours(theirs, ours):
     raise NotImplementedError("Task 5.4")
 
 
-def block_flops(batch, n, dim, *, k=None, ff_mult=4):
+def block_flops(batch, n, dim, *, proj_len=None, ff_mult=4):
     """Task 5.5: FLOPs of one forward pass of a pre-norm Transformer block, counted from first principles.
 
     The block is minilin.model.Block: x + attn(LN(x)), then x + MLP(LN(x)) with MLP = Linear(dim, ff_mult·dim),
-    GELU, Linear(ff_mult·dim, dim). attn: exact attention when k is None, else Linformer projecting the n
-    keys and values to k positions (E @ K, F @ V). Count as torch.utils.flop_counter.FlopCounterMode does:
+    GELU, Linear(ff_mult·dim, dim). attn: exact attention when proj_len is None, else Linformer projecting
+    the n keys and values to proj_len positions (E @ K, F @ V; the paper calls proj_len k). Count as torch.utils.flop_counter.FlopCounterMode does:
     a matrix product (a×b)@(b×c) costs 2·a·b·c FLOPs; LayerNorm, softmax, GELU, bias adds cost 0.
     The answer does not depend on the number of heads (why?). Return a Python int.
     """

@@ -27,6 +27,7 @@ import math
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as functional
 
 
 def check_attention_inputs(q, k, v, mask=None):
@@ -85,12 +86,14 @@ def attention_matrix(q, k, *, mask=None, causal=False, scale=None):
     check_attention_inputs(q, k, k, mask)
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     scores = (q @ k.transpose(-2, -1)) * scale  # (B, H, N, M)
+    if scores.numel() == 0:  # no query or no key: the (empty, or all-zero) matrix
+        return scores.new_zeros(scores.shape)
     if mask is None and not causal:
         return torch.softmax(scores, dim=-1)
     allowed = allowed_keys(q.shape[2], k.shape[2], mask=mask, causal=causal, device=q.device)
-    scores = scores.masked_fill(~allowed, float("-inf"))
+    scores = scores.masked_fill(~allowed, float("-inf"))  # a hidden key is -inf whatever it held (NaN too)
     row_max = scores.amax(dim=-1, keepdim=True)
-    row_max = torch.where(torch.isfinite(row_max), row_max, torch.zeros_like(row_max))
+    row_max = torch.where(row_max == float("-inf"), torch.zeros_like(row_max), row_max)  # NaN stays NaN
     p = torch.exp(scores - row_max.detach())  # stable: the subtracted max cancels in p / sum(p)
     denom = p.sum(dim=-1, keepdim=True)
     return p / torch.where(denom > 0, denom, torch.ones_like(denom))  # empty rows stay 0, not NaN
@@ -134,20 +137,46 @@ def attention_loops(q, k, v, *, mask=None, causal=False, scale=None):
     return out
 
 
+def sdpa_attention(q, k, v, *, mask=None, causal=False):
+    """Exact attention through F.scaled_dot_product_attention (fused kernels), minilin's mask semantics.
+
+    q: (B, H, N, D)   k, v: (B, H, M, D)   mask: (B, M) bool True = real  ->  (B, H, N, D)
+    Bottom-right causal alignment when N != M and zeros (not NaN) for queries that see no key, as in
+    softmax_attention; the fast path (is_causal / no mask) is taken whenever it means the same thing.
+    """
+    check_attention_inputs(q, k, v, mask)
+    n, m = q.shape[2], k.shape[2]
+    if n == 0 or m == 0:
+        return q.new_zeros(*q.shape[:3], v.shape[-1])
+    if mask is None and (not causal or n == m):
+        return functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    allowed = allowed_keys(n, m, mask=mask, causal=causal, device=q.device)  # (B|1, 1, N, M)
+    empty = ~allowed.any(dim=-1, keepdim=True)  # (B|1, 1, N, 1) queries with no visible key
+    out = functional.scaled_dot_product_attention(q, k, v, attn_mask=allowed | empty)  # empty rows: any value
+    return out.masked_fill(empty, 0.0)  # ... then zeros, with zero gradient
+
+
 class MultiHeadSelfAttention(nn.Module):
-    """Multi-head self-attention with a pluggable mixing step.
+    """Multi-head self-attention; subclasses change only the mixing step.
 
     x (B, N, dim) -> to_q/to_k/to_v -> (B, H, N, dim_head) -> mix(q, k, v) -> to_out -> (B, N, dim).
-    `mixer` is any callable with the `softmax_attention` signature (default: exact attention). Linformer,
-    Performer and the other variants subclass this and override `mix`, so they reuse the same projections
-    (and weights can be moved between variants by `load_state_dict(..., strict=False)`).
+    The one extension point is `mix(q, k, v, *, mask, causal)` (default: exact attention): Linformer,
+    Performer, linear and efficient attention override it and reuse the same projections, so weights move
+    between variants by `load_state_dict(..., strict=False)`. Everything after `heads` is keyword-only.
     `dropout` is applied to the block's output (after `to_out`).
     `rotary`: optional callable (q, k, offset) -> (q, k) applied to the split heads before mixing (the LM
     sets it for rotary position embeddings; `offset` is the position of the first token, for decoding).
-    """
 
-    def __init__(self, dim, heads=8, dim_head=None, dropout=0.0, mixer=None, bias=False):
+    Recurrent decoding: `step(x_t, state) -> (y_t, state)` consumes the next token(s) x_t (B, T, dim) of a
+    causal sequence (state=None starts one) and equals `forward(x, causal=True)` position by position.
+    `recurrent` says whether a variant has it; the base class raises NotImplementedError naming the fix.
+    """
+    recurrent = False
+
+    def __init__(self, dim, heads=8, *, dim_head=None, dropout=0.0, bias=False):
         super().__init__()
+        if not isinstance(heads, int) or heads < 1:
+            raise ValueError(f"heads must be a positive int, got {heads!r}")
         if dim_head is None:
             if dim % heads != 0:
                 raise ValueError(f"dim={dim} is not divisible by heads={heads}; pass dim_head explicitly")
@@ -159,7 +188,6 @@ class MultiHeadSelfAttention(nn.Module):
         self.to_v = nn.Linear(dim, inner, bias=bias)
         self.to_out = nn.Linear(inner, dim)
         self.dropout = nn.Dropout(dropout)
-        self.mixer = softmax_attention if mixer is None else mixer
         self.rotary = None
 
     def split_heads(self, t):
@@ -171,13 +199,60 @@ class MultiHeadSelfAttention(nn.Module):
         return t.transpose(1, 2).reshape(B, N, H * Dh)  # (B, N, H*Dh)
 
     def mix(self, q, k, v, *, mask=None, causal=False):
-        return self.mixer(q, k, v, mask=mask, causal=causal)
+        return softmax_attention(q, k, v, mask=mask, causal=causal)
+
+    def check_input(self, x, name="x"):
+        """x must be (batch, seq, dim) in the weights' floating dtype: say so in our words, not F.linear's."""
+        if not isinstance(x, torch.Tensor) or x.ndim != 3 or x.shape[-1] != self.dim:
+            got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+            raise ValueError(f"{name} must have shape (batch, seq, {self.dim}), got {got}")
+        weight = self.to_q.weight
+        if x.dtype != weight.dtype:
+            raise ValueError(f"{name} is {x.dtype} but the module's weights are {weight.dtype}; convert the "
+                             f"input ({name}.to({weight.dtype})) or the module (module.to({x.dtype}))"
+                             if x.is_floating_point() else
+                             f"{name} must be a floating-point tensor like the weights ({weight.dtype}), got "
+                             f"{x.dtype}; token ids go through an nn.Embedding first")
+
+    def project(self, x):
+        q, k, v = (self.split_heads(f(x)) for f in (self.to_q, self.to_k, self.to_v))  # (B, H, N, Dh)
+        return q, k, v
 
     def forward(self, x, *, mask=None, causal=False):
-        if x.ndim != 3 or x.shape[-1] != self.dim:
-            raise ValueError(f"x must have shape (batch, seq, {self.dim}), got {tuple(x.shape)}")
-        q, k, v = (self.split_heads(f(x)) for f in (self.to_q, self.to_k, self.to_v))
+        self.check_input(x)
+        q, k, v = self.project(x)
         if self.rotary is not None:
             q, k = self.rotary(q, k, 0)
         out = self.mix(q, k, v, mask=mask, causal=causal)  # (B, H, N, Dh)
         return self.dropout(self.to_out(self.merge_heads(out)))
+
+    def step(self, x_t, state=None):
+        raise NotImplementedError(
+            f"{type(self).__name__} has no recurrent one-token form; decode by re-running forward(x, "
+            "causal=True) on the prefix, or use exact, sdpa, performer, linear or efficient attention")
+
+
+class ExactSelfAttention(MultiHeadSelfAttention):
+    """Exact (sdpa=False: `softmax_attention`; sdpa=True: `sdpa_attention`) self-attention, with `step` for
+    decoding one token at a time with a key/value cache (memory O(t), unlike linear attention's O(1) state).
+    """
+    recurrent = True
+
+    def __init__(self, dim, heads=8, *, dim_head=None, dropout=0.0, bias=False, sdpa=False):
+        super().__init__(dim, heads, dim_head=dim_head, dropout=dropout, bias=bias)
+        self.sdpa = sdpa
+
+    def mix(self, q, k, v, *, mask=None, causal=False):
+        fn = sdpa_attention if self.sdpa else softmax_attention
+        return fn(q, k, v, mask=mask, causal=causal)
+
+    def step(self, x_t, state=None):
+        self.check_input(x_t, "x_t")
+        q, k, v = self.project(x_t)  # (B, H, T, Dh)
+        position = 0 if state is None else state["k"].shape[2]
+        if self.rotary is not None:
+            q, k = self.rotary(q, k, position)
+        if state is not None:
+            k, v = torch.cat([state["k"], k], dim=2), torch.cat([state["v"], v], dim=2)  # (B, H, t, Dh)
+        out = self.mix(q, k, v, causal=True)  # bottom-right: the T new queries see the cache and the past
+        return self.dropout(self.to_out(self.merge_heads(out))), {"k": k, "v": v}

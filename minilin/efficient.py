@@ -30,20 +30,10 @@ weight, a query that sees no key outputs zeros, never NaN.
 """
 import torch
 
-from minilin.attention import MultiHeadSelfAttention, check_attention_inputs
+from minilin.attention import check_attention_inputs
+from minilin.linear import EfficientPair, LinearSelfAttention, linear_attention, visible_counts
 
-
-def visible_counts(n, m, *, causal=False, bucket_size=None, device=None):
-    """How many keys (a prefix 0..c-1) each of the N queries may see: a (N,) long tensor.
-
-    Non-causal: all M. Causal: query i sits at key position p = i + (M - N) (bottom-right alignment) and
-    sees p + 1 keys; with bucket_size B > 1 it sees the floor(p / B) · B keys of the buckets before its own.
-    """
-    if not causal:
-        return torch.full((n,), m, dtype=torch.long, device=device)
-    p = torch.arange(n, device=device) + (m - n)  # key position of query i
-    counts = p + 1 if bucket_size in (None, 1) else torch.div(p, bucket_size, rounding_mode="floor") * bucket_size
-    return counts.clamp(0, m)
+EFFICIENT = EfficientPair()
 
 
 def _check_bucket_chunk(bucket_size, chunk_size):
@@ -73,77 +63,13 @@ def efficient_attention(q, k, v, *, mask=None, causal=False, bucket_size=None, c
 
     q: (B, H, N, D)   k: (B, H, M, D)   v: (B, H, M, Dv)   mask: (B, M) bool, True = real token
     bucket_size: causal only; None/1 = plain causal, B > 1 = the bucketed variant of linear-attention-transformer.
-    chunk_size: queries per step of the causal scan (memory O(chunk·M_chunk) per step, never N×M).
-    returns (B, H, N, Dv)
+    chunk_size: positions per step of the causal scan (memory O(chunk²) per step, never N×M).
+    returns (B, H, N, Dv). It is `minilin.linear.linear_attention` with the `EfficientPair` feature maps.
     """
     check_attention_inputs(q, k, v, mask)
     _check_bucket_chunk(bucket_size, chunk_size)
-    if bucket_size not in (None, 1) and not causal:
-        raise ValueError("bucket_size only applies to causal=True (the non-causal form sees every key); drop it")
-    if causal:
-        return _causal_efficient_attention(q, k, v, mask, bucket_size, chunk_size)
-    context = key_softmax(k, mask).transpose(-2, -1) @ v  # (B, H, D, Dv): D global context vectors
-    return torch.softmax(q, dim=-1) @ context  # (B, H, N, Dv)
-
-
-def _causal_efficient_attention(q, k, v, mask, bucket_size, chunk_size):
-    """The causal kernel as a chunked scan that is exact, causal to the last bit, and cannot overflow.
-
-    exp(k) overflows (float32: k > 88), so every weight is computed as exp(k_jd - r_i) with r_i the largest
-    key feature query i may see: a common factor of numerator and denominator, so it cancels exactly. r_i
-    must not look at keys query i cannot see (a max over all positions leaks the future, see notebook 05), so
-    it is a running maximum: the state (S = Σ exp(k_j - ref) v_jᵀ, z = Σ exp(k_j - ref)) is rescaled when ref
-    grows, and inside a chunk each query takes the max over its own visible keys. The maxima are detached:
-    the output does not depend on them, so their gradient is exactly zero anyway.
-    """
-    B, H, N, D = q.shape
-    M, Dv = k.shape[2], v.shape[-1]
-    neg_inf = float("-inf")
-    phi_q = torch.softmax(q, dim=-1)  # (B, H, N, D); LAT's extra D^-1/2 factor cancels in the ratio
-    top = k.detach().amax(dim=-1)  # (B, H, M) largest feature of each key
-    if mask is not None:
-        top = top.masked_fill(~mask[:, None, :], neg_inf)
-    logits = k - torch.where(torch.isfinite(top), top, torch.zeros_like(top)).unsqueeze(-1)
-    if mask is not None:
-        logits = logits.masked_fill(~mask[:, None, :, None], neg_inf)
-    phi_k = torch.exp(logits)  # (B, H, M, D) = exp(k_j - top_j) <= 1; padded keys 0
-
-    def safe(t):
-        return torch.where(torch.isfinite(t), t, torch.zeros_like(t))
-
-    counts = visible_counts(N, M, causal=True, bucket_size=bucket_size).tolist()
-    S = q.new_zeros(B, H, D, Dv)  # Σ exp(k_j - ref) v_jᵀ over the absorbed keys
-    z = q.new_zeros(B, H, D)  # Σ exp(k_j - ref)
-    ref = q.new_full((B, H), neg_inf)  # running max of the absorbed keys (-inf: none yet)
-    absorbed = 0
-    outs = []
-    for i0 in range(0, N, chunk_size):
-        i1 = min(i0 + chunk_size, N)
-        lo, hi = counts[i0], counts[i1 - 1]  # every query of the chunk sees keys < lo; some see up to hi
-        if lo > absorbed:  # keys [absorbed, lo) are visible to all queries from here on: add to the state
-            t = top[..., absorbed:lo]  # (B, H, L)
-            new_ref = torch.maximum(ref, t.amax(dim=-1))
-            decay = torch.exp(ref - safe(new_ref))  # 0 while ref = -inf (empty state)
-            w = torch.exp(t - safe(new_ref).unsqueeze(-1))  # (B, H, L), 0 for padded keys
-            kk = phi_k[..., absorbed:lo, :] * w.unsqueeze(-1)  # exp(k_j - new_ref)
-            S = decay[..., None, None] * S + kk.transpose(-2, -1) @ v[..., absorbed:lo, :]  # (B, H, D, Dv)
-            z = decay.unsqueeze(-1) * z + kk.sum(dim=-2)
-            ref, absorbed = new_ref, lo
-        pq = phi_q[:, :, i0:i1]  # (B, H, C, D)
-        if hi > lo:  # keys [lo, hi): query i sees the first counts[i] - lo of them
-            seen = torch.arange(lo, hi)[None, :] < torch.tensor(counts[i0:i1])[:, None]  # (C, L)
-            t = top[..., lo:hi].unsqueeze(-2).masked_fill(~seen.to(q.device), neg_inf)  # (B, H, C, L)
-            r = torch.maximum(ref.unsqueeze(-1), t.amax(dim=-1))  # (B, H, C) max over what query i sees
-            w = (pq @ phi_k[..., lo:hi, :].transpose(-2, -1)) * torch.exp(t - safe(r).unsqueeze(-1))
-            num_local, den_local = w @ v[..., lo:hi, :], w.sum(dim=-1)  # (B, H, C, Dv), (B, H, C)
-        else:
-            r = ref.unsqueeze(-1).expand(B, H, i1 - i0)
-            num_local, den_local = 0.0, 0.0
-        s = torch.exp(ref.unsqueeze(-1) - safe(r))  # (B, H, C) rescales the state to exp(. - r_i)
-        num = s.unsqueeze(-1) * (pq @ S) + num_local  # (B, H, C, Dv)
-        den = s * (pq @ z.unsqueeze(-1)).squeeze(-1) + den_local  # (B, H, C)
-        outs.append(num / torch.where(den > 0, den, torch.ones_like(den)).unsqueeze(-1))  # no key -> 0
-    return torch.cat(outs, dim=2)  # (B, H, N, Dv)
+    return linear_attention(q, k, v, feature_map=EFFICIENT, mask=mask, causal=causal, chunk_size=chunk_size,
+                            bucket_size=bucket_size)
 
 
 def efficient_attention_loops(q, k, v, *, mask=None, causal=False, bucket_size=None):
@@ -186,18 +112,27 @@ def efficient_attention_loops(q, k, v, *, mask=None, causal=False, bucket_size=N
     return torch.stack(rows).view(B, H, N, v.shape[-1])
 
 
-class EfficientSelfAttention(MultiHeadSelfAttention):
+class EfficientSelfAttention(LinearSelfAttention):
     """Multi-head self-attention whose mixing step is `efficient_attention` (Shen et al., arXiv 1812.01243).
 
-    x (B, N, dim) -> (B, N, dim). Same projections as `MultiHeadSelfAttention` (to_q, to_k, to_v, to_out), so
-    weights move between variants with load_state_dict. bucket_size: the causal bucketed variant (None = plain).
+    x (B, N, dim) -> (B, N, dim). Same projections as every MultiHeadSelfAttention (to_q, to_k, to_v, to_out),
+    so weights move between variants with load_state_dict. bucket_size: the causal bucketed variant (None =
+    plain causal), which has no recurrent form (`step` raises).
     """
 
-    def __init__(self, dim, heads=8, dim_head=None, dropout=0.0, bias=False, bucket_size=None, chunk_size=64):
-        super().__init__(dim, heads=heads, dim_head=dim_head, dropout=dropout, bias=bias)
+    def __init__(self, dim, heads=8, *, dim_head=None, dropout=0.0, bias=False, bucket_size=None, chunk_size=64):
         _check_bucket_chunk(bucket_size, chunk_size)
-        self.bucket_size, self.chunk_size = bucket_size, chunk_size
+        super().__init__(dim, heads, feature_map=EFFICIENT, dim_head=dim_head, dropout=dropout, bias=bias,
+                         chunk_size=chunk_size)
+        self.bucket_size = bucket_size
+        self.recurrent = bucket_size in (None, 1)
 
     def mix(self, q, k, v, *, mask=None, causal=False):
         return efficient_attention(q, k, v, mask=mask, causal=causal,
                                    bucket_size=self.bucket_size if causal else None, chunk_size=self.chunk_size)
+
+    def step(self, x_t, state=None):
+        if not self.recurrent:
+            raise NotImplementedError(f"bucket_size={self.bucket_size} hides each query's own bucket, which a "
+                                      "one-token recurrence cannot do; decode with forward(x, causal=True)")
+        return super().step(x_t, state)

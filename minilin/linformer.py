@@ -146,25 +146,25 @@ def init_projection_(P, scheme="fan_in", *, generator=None):
         return P.copy_(z * math.sqrt(var))
 
 
-def mean_pool_matrix(k, seq_len, *, dtype=torch.float32, device=None):
-    """(k, seq_len) matrix that averages k consecutive windows of seq_len/k positions (paper: pooling)."""
-    if seq_len % k != 0:
-        raise ValueError(f"mean pooling needs seq_len divisible by k, got seq_len={seq_len}, k={k}; "
-                         f"pick k among the divisors of seq_len")
-    width = seq_len // k
-    return torch.eye(k, dtype=dtype, device=device).repeat_interleave(width, dim=1) / width  # (k, seq_len)
+def mean_pool_matrix(proj_len, seq_len, *, dtype=torch.float32, device=None):
+    """(proj_len, seq_len) matrix averaging proj_len consecutive windows of seq_len/proj_len positions (pooling)."""
+    if seq_len % proj_len != 0:
+        raise ValueError(f"mean pooling needs seq_len divisible by proj_len, got seq_len={seq_len}, "
+                         f"proj_len={proj_len}; pick proj_len among the divisors of seq_len")
+    width = seq_len // proj_len
+    return torch.eye(proj_len, dtype=dtype, device=device).repeat_interleave(width, dim=1) / width
 
 
-def conv_matrix(kernel, k):
+def conv_matrix(kernel, proj_len):
     """Expand strided-conv kernels to projection matrices: (..., w) -> (..., k, k·w), E[j, j·w + i] = kernel[i].
 
     A convolution over the sequence with kernel size = stride = w, shared by all channels, is the linear map
     whose matrix is block diagonal with the kernel on each block row; this builds it differentiably.
     """
     w = kernel.shape[-1]
-    eye = torch.eye(k, dtype=kernel.dtype, device=kernel.device)
+    eye = torch.eye(proj_len, dtype=kernel.dtype, device=kernel.device)
     blocks = torch.einsum("jl,...i->...jli", eye, kernel)  # (..., k, k, w)
-    return blocks.reshape(*kernel.shape[:-1], k, k * w)  # (..., k, seq_len)
+    return blocks.reshape(*kernel.shape[:-1], proj_len, proj_len * w)  # (..., k, seq_len)
 
 
 def projection_matrix_count(sharing, *, layers, heads):
@@ -174,10 +174,10 @@ def projection_matrix_count(sharing, *, layers, heads):
     return {"none": 2 * layers * heads, "headwise": 2 * layers, "kv": layers, "layerwise": 1}[sharing]
 
 
-def projection_parameter_count(sharing, *, layers, heads, seq_len, k, projection="linear"):
+def projection_parameter_count(sharing, *, layers, heads, seq_len, proj_len, projection="linear"):
     """Number of learned E/F parameters in the whole model (0 for mean pooling; kernels for conv)."""
     matrices = projection_matrix_count(sharing, layers=layers, heads=heads)
-    per_matrix = {"linear": k * seq_len, "mean": 0, "conv": seq_len // k}[projection]
+    per_matrix = {"linear": proj_len * seq_len, "mean": 0, "conv": seq_len // proj_len}[projection]
     return matrices * per_matrix
 
 
@@ -185,7 +185,7 @@ class LinformerSelfAttention(MultiHeadSelfAttention):
     """Multi-head self-attention whose mix step is `linformer_attention` with learned E, F.
 
     x (B, N, dim), N <= seq_len -> to_q/to_k/to_v (inherited) -> (B, H, N, dim_head) -> E/F project the N
-    keys/values to k slots -> exact attention (B, H, N, k) -> to_out -> (B, N, dim).
+    keys/values to proj_len slots (the paper's k) -> exact attention (B, H, N, k) -> to_out -> (B, N, dim).
     sharing: "none" | "headwise" | "kv" | "layerwise" (see module docstring). For "layerwise" build the first
     layer with E=None and pass E=first.E to the others: the same nn.Parameter is then registered in every
     layer (and counted once by model.parameters()).
@@ -193,22 +193,24 @@ class LinformerSelfAttention(MultiHeadSelfAttention):
     Parameters are named E and (unless shared) F, so an optimizer group can select them by name.
     """
 
-    def __init__(self, dim, heads=8, seq_len=512, k=64, sharing="headwise", dim_head=None, dropout=0.0,
+    def __init__(self, dim, heads=8, *, seq_len=512, proj_len=64, sharing="headwise", dim_head=None, dropout=0.0,
                  projection="linear", E=None, bias=False, init="fan_in", generator=None):
-        super().__init__(dim, heads=heads, dim_head=dim_head, dropout=dropout, bias=bias)
+        super().__init__(dim, heads, dim_head=dim_head, dropout=dropout, bias=bias)
         if sharing not in SHARING:
             raise ValueError(f"unknown sharing {sharing!r}; choose one of {SHARING}")
         if projection not in PROJECTIONS:
             raise ValueError(f"unknown projection {projection!r}; choose one of {PROJECTIONS}")
-        if not (isinstance(k, int) and isinstance(seq_len, int) and 1 <= k and 1 <= seq_len):
-            raise ValueError(f"k and seq_len must be positive ints, got k={k!r}, seq_len={seq_len!r}")
-        if projection in ("mean", "conv") and seq_len % k != 0:
-            raise ValueError(f"projection={projection!r} uses windows of seq_len/k positions, so seq_len must be "
-                             f"divisible by k; got seq_len={seq_len}, k={k}")
+        if not (isinstance(proj_len, int) and isinstance(seq_len, int) and 1 <= proj_len and 1 <= seq_len):
+            raise ValueError(f"proj_len and seq_len must be positive ints, got proj_len={proj_len!r}, "
+                             f"seq_len={seq_len!r}")
+        if projection in ("mean", "conv") and seq_len % proj_len != 0:
+            raise ValueError(f"projection={projection!r} uses windows of seq_len/proj_len positions, so seq_len "
+                             f"must be divisible by proj_len; got seq_len={seq_len}, proj_len={proj_len}")
         if E is not None and sharing != "layerwise":
             raise ValueError(f"E is passed in only for sharing='layerwise' (one E for every layer); got "
                              f"sharing={sharing!r}. Drop E, or use sharing='layerwise'")
-        self.seq_len, self.k, self.sharing, self.projection = seq_len, k, sharing, projection
+        self.seq_len, self.proj_len, self.sharing, self.projection = seq_len, proj_len, sharing, projection
+        k = proj_len  # the paper's letter, inside this constructor only
         if projection == "mean":
             if E is not None:
                 raise ValueError("projection='mean' has no learned E to share; drop E")
@@ -245,7 +247,7 @@ class LinformerSelfAttention(MultiHeadSelfAttention):
         E = self.E
         F = E if self.F is None else self.F
         if self.projection == "conv":
-            E, F = conv_matrix(E, self.k), conv_matrix(F, self.k)
+            E, F = conv_matrix(E, self.proj_len), conv_matrix(F, self.proj_len)
         return E[..., :n], F[..., :n]
 
     def mix(self, q, k, v, *, mask=None, causal=False):
@@ -257,4 +259,4 @@ class LinformerSelfAttention(MultiHeadSelfAttention):
         return linformer_attention(q, k, v, E, F, mask=mask)
 
     def extra_repr(self):
-        return f"seq_len={self.seq_len}, k={self.k}, sharing={self.sharing!r}, projection={self.projection!r}"
+        return f"seq_len={self.seq_len}, proj_len={self.proj_len}, sharing={self.sharing!r}, projection={self.projection!r}"

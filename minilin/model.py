@@ -23,10 +23,10 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from minilin.attention import MultiHeadSelfAttention, allowed_keys, check_attention_inputs, softmax_attention
+from minilin.attention import ExactSelfAttention, sdpa_attention  # noqa: F401 (re-exported for old imports)
 from minilin.data import IGNORE, MASK_ID, VOCAB_SIZE
+from minilin.variants import ATTENTIONS, VARIANTS, module_for_layer
 
-ATTENTIONS = ("exact", "sdpa", "linformer", "performer", "efficient")
 POSITIONS = ("learned", "rope", "none")
 
 
@@ -34,8 +34,9 @@ POSITIONS = ("learned", "rope", "none")
 class LMConfig:
     """TinyLM's shape and attention. Defaults: the CPU-sized anchor config (L=256, d=128, 2 layers, 4 heads).
 
-    attention: one name from ATTENTIONS, or a list with one name per layer (a hybrid, e.g.
-    ["performer", "exact"]: linear attention below, exact above). linformer_k: an int, or one per layer.
+    attention: one name from minilin.variants.ATTENTIONS ("exact", "sdpa", "linformer", "performer",
+    "linear", "efficient"), or a list with one name per layer (a hybrid, e.g. ["performer", "exact"]:
+    linear attention below, exact above). proj_len (Linformer's k): an int, or one per layer.
     """
     vocab_size: int = VOCAB_SIZE      # classes predicted; the embedding also has a row for MASK_ID
     block_size: int = 256             # longest sequence (learned positions, Linformer's seq_len)
@@ -48,7 +49,7 @@ class LMConfig:
     attention: str | list = "exact"
     positions: str = "learned"
     causal: bool = True               # next-byte LM; False = bidirectional (masked LM, Linformer)
-    linformer_k: int | list = 64
+    proj_len: int | list = 64         # Linformer's projected length (the paper's k)
     linformer_sharing: str = "headwise"  # "none", "headwise", "kv", "layerwise" (one E for all layers)
     linformer_projection: str = "linear"  # "linear" (learned E/F), "mean" (pooling), "conv"
     nb_features: int | None = None    # Performer's m; None = int(dim_head · ln dim_head)
@@ -66,11 +67,11 @@ class LMConfig:
                 raise ValueError(f"unknown attention {kind!r}; choose from {ATTENTIONS}")
         return kinds
 
-    def layer_k(self):
-        """Linformer's projected length k for each layer."""
-        ks = [self.linformer_k] * self.depth if isinstance(self.linformer_k, int) else list(self.linformer_k)
+    def layer_proj_len(self):
+        """Linformer's projected length (the paper's k) for each layer."""
+        ks = [self.proj_len] * self.depth if isinstance(self.proj_len, int) else list(self.proj_len)
         if len(ks) != self.depth:
-            raise ValueError(f"linformer_k lists one k per layer: got {len(ks)} for depth={self.depth}")
+            raise ValueError(f"proj_len lists one length per layer: got {len(ks)} for depth={self.depth}")
         return ks
 
     def head_dim(self):
@@ -84,8 +85,8 @@ class LMConfig:
 CAUSAL_LINFORMER = (
     "Linformer cannot be causal: E and F project the whole sequence (all n positions, the future included) "
     "onto k slots before any query looks at them, so every output would depend on later tokens "
-    "(lucidrains/linformer#4). For a next-byte LM use attention='exact', 'sdpa', 'performer' or "
-    "'efficient'; for Linformer use causal=False with the masked-LM objective "
+    "(lucidrains/linformer#4). For a next-byte LM use attention='exact', 'sdpa', 'performer', 'linear' "
+    "or 'efficient'; for Linformer use causal=False with the masked-LM objective "
     "(ByteCorpus(objective='mlm'), `--objective mlm`).")
 
 
@@ -119,68 +120,14 @@ class Rotary:
         return q * cos + self.rotate_half(q) * sin, k * cos + self.rotate_half(k) * sin
 
 
-def sdpa_attention(q, k, v, *, mask=None, causal=False):
-    """Exact attention through F.scaled_dot_product_attention (fused kernels), minilin's mask semantics.
-
-    q: (B, H, N, D)   k, v: (B, H, M, D)   mask: (B, M) bool True = real  ->  (B, H, N, D)
-    Bottom-right causal alignment when N != M and zeros (not NaN) for queries that see no key, as in
-    softmax_attention; the fast path (is_causal / no mask) is taken whenever it means the same thing.
-    """
-    check_attention_inputs(q, k, v, mask)
-    n, m = q.shape[2], k.shape[2]
-    if mask is None and (not causal or n == m):
-        return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-    allowed = allowed_keys(n, m, mask=mask, causal=causal, device=q.device)  # (B|1, 1, N, M)
-    empty = ~allowed.any(dim=-1, keepdim=True)  # (B|1, 1, N, 1) queries with no visible key
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed | empty)  # empty rows: any finite value
-    return out.masked_fill(empty, 0.0)  # ... then zeros, with zero gradient
-
-
-class ExactSelfAttention(MultiHeadSelfAttention):
-    """Exact (or SDPA) self-attention with `step` for decoding one token at a time with a key/value cache.
-
-    step(x_t, state) -> (y_t, state): x_t (B, T, dim); the cache grows by T keys per call (memory O(t),
-    unlike Performer's O(1) state); rotary is applied at the cached position.
-    """
-
-    def __init__(self, dim, heads=8, dim_head=None, dropout=0.0, bias=False, sdpa=False):
-        super().__init__(dim, heads=heads, dim_head=dim_head, dropout=dropout, bias=bias,
-                         mixer=sdpa_attention if sdpa else softmax_attention)
-
-    def step(self, x_t, state=None):
-        q, k, v = (self.split_heads(f(x_t)) for f in (self.to_q, self.to_k, self.to_v))  # (B, H, T, Dh)
-        position = 0 if state is None else state["k"].shape[2]
-        if self.rotary is not None:
-            q, k = self.rotary(q, k, position)
-        if state is not None:
-            k, v = torch.cat([state["k"], k], dim=2), torch.cat([state["v"], v], dim=2)  # (B, H, t, Dh)
-        out = self.mix(q, k, v, causal=True)  # bottom-right: the T new queries see the cache and the past
-        return self.dropout(self.to_out(self.merge_heads(out))), {"k": k, "v": v}
-
-
 def make_attention(config, layer, shared_E=None):
     """The attention module of layer `layer` (0-based), as named by config.layer_attention()[layer].
 
     shared_E: with linformer_sharing="layerwise", the E parameter of the model's first Linformer layer.
     """
-    kind = config.layer_attention()[layer]
-    common = dict(dim_head=config.head_dim(), dropout=config.dropout)
-    if kind in ("exact", "sdpa"):
-        return ExactSelfAttention(config.dim, config.heads, sdpa=kind == "sdpa", **common)
-    if kind == "linformer":
-        if config.causal:
-            raise ValueError(CAUSAL_LINFORMER)
-        from minilin.linformer import LinformerSelfAttention
-        return LinformerSelfAttention(config.dim, heads=config.heads, seq_len=config.block_size,
-                                      k=config.layer_k()[layer], sharing=config.linformer_sharing,
-                                      projection=config.linformer_projection, E=shared_E, **common)
-    if kind == "performer":
-        from minilin.performer import PerformerSelfAttention
-        return PerformerSelfAttention(config.dim, heads=config.heads, nb_features=config.nb_features,
-                                      kernel=config.kernel, redraw_interval=config.redraw_interval,
-                                      seed=config.seed + layer, **common)
-    from minilin.efficient import EfficientSelfAttention
-    return EfficientSelfAttention(config.dim, heads=config.heads, **common)
+    if config.causal and not VARIANTS[config.layer_attention()[layer]].causal:
+        raise ValueError(CAUSAL_LINFORMER)
+    return module_for_layer(config, layer, **({"E": shared_E} if shared_E is not None else {}))
 
 
 class MLP(nn.Module):
@@ -282,7 +229,7 @@ class TinyLM(nn.Module):
 
     def can_step(self):
         """Can every layer decode token by token (exact/sdpa with a cache, Performer with its state)?"""
-        return self.config.causal and all(hasattr(block.attn, "step") for block in self.blocks)
+        return self.config.causal and all(block.attn.recurrent for block in self.blocks)
 
     def step(self, idx_t, state=None):
         """Consume one token per sequence: idx_t (B,) -> (logits (B, vocab), state); state=None starts.
@@ -293,7 +240,7 @@ class TinyLM(nn.Module):
         if not self.can_step():
             kinds = self.config.layer_attention()
             raise ValueError(f"step needs a causal model whose every layer can decode incrementally "
-                             f"(exact, sdpa, performer); got causal={self.config.causal}, attention={kinds}")
+                             f"(exact, sdpa, performer, linear, efficient); got causal={self.config.causal}, attention={kinds}")
         position = 0 if state is None else state["position"]
         layers = [None] * len(self.blocks) if state is None else state["layers"]
         x = self.embed(idx_t[:, None], offset=position)  # (B, 1, dim)

@@ -40,7 +40,7 @@ def linformer_to_peer(ours):
     shared = _linformer_layout_check(ours)
     w = ours.to_q.weight
     with torch.random.fork_rng(devices=[]):  # the peer's constructor draws its own init; keep the caller's RNG
-        peer = Peer(ours.dim, ours.seq_len, k=ours.k, heads=ours.heads, dim_head=ours.dim_head, share_kv=shared)
+        peer = Peer(ours.dim, ours.seq_len, k=ours.proj_len, heads=ours.heads, dim_head=ours.dim_head, share_kv=shared)
     peer = peer.to(dtype=w.dtype, device=w.device)
     with torch.no_grad():
         for name in ("to_q", "to_k", "to_out"):
@@ -69,7 +69,7 @@ def linformer_from_peer(peer, **kwargs):
     w = peer.to_q.weight
     sharing = "kv" if peer.share_kv else "headwise"
     with torch.random.fork_rng(devices=[]):
-        ours = LinformerSelfAttention(peer.to_q.in_features, heads=heads, seq_len=peer.seq_len, k=peer.k,
+        ours = LinformerSelfAttention(peer.to_q.in_features, heads=heads, seq_len=peer.seq_len, proj_len=peer.k,
                                       sharing=sharing, dim_head=dim_head, **kwargs)
     ours = ours.to(dtype=w.dtype, device=w.device)
     with torch.no_grad():
@@ -269,7 +269,7 @@ def blocks_from_lat_transformer(lat):
     dim = pairs[0][0].norm.normalized_shape[0]
     seq_len = attn0.seq_len if kind == "linformer" else 1
     config = LMConfig(dim=dim, depth=len(pairs), heads=heads, dim_head=dim_head, ff_mult=4, attention=kind,
-                      causal=causal, block_size=seq_len, linformer_k=k, linformer_sharing="headwise")
+                      causal=causal, block_size=seq_len, proj_len=k, linformer_sharing="headwise")
     blocks = nn.ModuleList()
     for layer, pair in enumerate(pairs):
         if len(pair) != 2 or not all(isinstance(p, PreNorm) for p in pair):
@@ -375,3 +375,80 @@ def compare_with_peer(ours, theirs, inputs, *, param_pairs=(), seed=0):
             "input_grad": gap(zip(grads[0][:n_in], grads[1][:n_in])),
             "weight_grad": gap((g_ours, grad_map(g_theirs)) for g_ours, g_theirs, (_, _, _, grad_map)
                                in zip(grads[0][n_in:], grads[1][n_in:], param_pairs))}
+
+
+# ---- the peers as benchmark functions: fn(q, k, v) -> out on our (B, H, N, D) tensors ----
+
+def _quiet():
+    """Peers warn on import (distutils LooseVersion) and print on construction; keep a sweep's output clean."""
+    import contextlib
+    import io
+    import warnings
+
+    stack = contextlib.ExitStack()
+    stack.enter_context(warnings.catch_warnings())
+    warnings.simplefilter("ignore", DeprecationWarning)
+    warnings.simplefilter("ignore", FutureWarning)
+    stack.enter_context(contextlib.redirect_stdout(io.StringIO()))
+    return stack
+
+
+def _peer_linformer(n, make, *, proj_len, dim_head, heads):
+    """linformer 0.2.3 LinformerSelfAttention with its projections replaced by our q, k, v (same E, F law)."""
+    import torch
+    import torch.nn as nn
+
+    class Given(nn.Module):  # stands in for its nn.Linear: returns the tensor we set
+        value = None
+
+        def forward(self, x):
+            return self.value
+
+    with _quiet():
+        from linformer import LinformerSelfAttention
+        with torch.random.fork_rng(devices=[]):  # its init draws from the global RNG
+            attn = LinformerSelfAttention(dim=heads * dim_head, seq_len=n, k=proj_len, heads=heads, dim_head=dim_head)
+    attn.to_q, attn.to_k, attn.to_v, attn.to_out = Given(), Given(), Given(), nn.Identity()
+    attn.proj_k = nn.Parameter(make.randn(n, proj_len, std=proj_len ** -0.5), requires_grad=False)  # its E: (n, k)
+    attn.proj_v = nn.Parameter(make.randn(n, proj_len, std=proj_len ** -0.5), requires_grad=False)
+
+    def fn(q, k, v):
+        B, H, N, D = q.shape
+        merge = lambda t: t.transpose(1, 2).reshape(B, N, H * D)  # (B, N, H*D): the layout its to_q returns
+        attn.to_q.value, attn.to_k.value, attn.to_v.value = merge(q), merge(k), merge(v)
+        out = attn(attn.to_q.value)  # (B, N, H*D)
+        return out.view(B, N, H, D).transpose(1, 2)  # (B, H, N, D)
+    return fn
+
+
+def _peer_performer(n, make, *, causal, nb_features, dim_head):
+    """performer-pytorch 1.1.4 FastAttention (q, k, v -> out) with our projection in its buffer. Causal
+    without fast_transformers' CUDA kernel runs its non-CUDA fallback, as it does for every pip user."""
+    import torch
+    with _quiet():
+        from performer_pytorch import FastAttention
+        with torch.random.fork_rng(devices=[]):
+            fast = FastAttention(dim_heads=dim_head, nb_features=nb_features, causal=causal)
+    fast.projection_matrix = make.projection(nb_features, dim_head)  # (m, D) buffer
+    return fast
+
+
+def _peer_efficient(n, make, *, causal):
+    """linear-attention-transformer 0.19.1's global heads; causal with bucket_size=1 (its SelfAttention's
+    default blindspot_size)."""
+    import functools
+    with _quiet():
+        from linear_attention_transformer.linear_attention_transformer import causal_linear_attn, linear_attn
+    fn = functools.partial(causal_linear_attn, bucket_size=1) if causal else linear_attn
+    return lambda q, k, v: fn(q, k, v)
+
+
+def attention_function(method, n, make, *, nb_features, dim_head, heads=8):
+    """fn(q, k, v) running the peer library's implementation of `method.variant` (see minilin.variants)."""
+    if method.variant == "linformer":
+        return _peer_linformer(n, make, proj_len=method.proj_len, dim_head=dim_head, heads=heads)
+    if method.variant == "performer":
+        return _peer_performer(n, make, causal=method.causal, nb_features=nb_features, dim_head=dim_head)
+    if method.variant == "efficient":
+        return _peer_efficient(n, make, causal=method.causal)
+    raise ValueError(f"no peer implementation of {method.variant!r}")

@@ -52,12 +52,13 @@ def linformer_into_ours(theirs, ours):
     return ours
 
 
-def block_flops(batch, n, dim, *, k=None, ff_mult=4):
+def block_flops(batch, n, dim, *, proj_len=None, ff_mult=4):
     """Task 5.5: 4 projections + MLP, plus scores and mixing (and E@K, F@V for Linformer)."""
     projections = 4 * 2 * batch * n * dim * dim  # q, k, v, out: (n × dim) @ (dim × dim) each
     mlp = 2 * 2 * batch * n * dim * (ff_mult * dim)
-    if k is None:
+    if proj_len is None:
         mixing = 2 * (2 * batch * n * n * dim)  # q kᵀ and P v, summed over heads: H · Dh = dim
     else:
+        k = proj_len  # the paper's letter
         mixing = 2 * (2 * batch * k * n * dim) + 2 * (2 * batch * n * k * dim)  # E K, F V; q (EK)ᵀ, P (FV)
     return projections + mlp + mixing

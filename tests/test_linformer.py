@@ -114,7 +114,7 @@ def test_a_permutation_is_also_exact_but_a_generic_E_is_not():
 def test_module_with_identity_E_F_equals_exact_module():
     torch.manual_seed(0)
     exact = MultiHeadSelfAttention(16, heads=4).double()
-    lin = LinformerSelfAttention(16, heads=4, seq_len=9, k=9, sharing="none").double()
+    lin = LinformerSelfAttention(16, heads=4, seq_len=9, proj_len=9, sharing="none").double()
     missing, unexpected = lin.load_state_dict(exact.state_dict(), strict=False)
     assert set(missing) == {"E", "F"} and not unexpected  # the shared projections transplant by name
     with torch.no_grad():
@@ -164,7 +164,7 @@ def test_trailing_padding_equals_the_shorter_sequence():
     # a sequence of length 4 padded to 6 gives the same output (on its real queries) as the unpadded one,
     # because E/F are sliced to the first columns and the padded columns are zeroed
     torch.manual_seed(1)
-    m = LinformerSelfAttention(12, heads=3, seq_len=8, k=3).double()
+    m = LinformerSelfAttention(12, heads=3, seq_len=8, proj_len=3).double()
     x = rand(1, 6, 12, seed=26)
     mask = torch.tensor([[True] * 4 + [False] * 2])
     torch.testing.assert_close(m(x, mask=mask)[:, :4], m(x[:, :4]), rtol=0, atol=TOL)
@@ -174,7 +174,7 @@ def test_trailing_padding_equals_the_shorter_sequence():
 @pytest.mark.parametrize("projection", PROJECTIONS)
 def test_module_short_sequences_use_first_columns(sharing, projection):
     torch.manual_seed(2)
-    m = LinformerSelfAttention(12, heads=3, seq_len=8, k=4, sharing=sharing, projection=projection).double()
+    m = LinformerSelfAttention(12, heads=3, seq_len=8, proj_len=4, sharing=sharing, projection=projection).double()
     x = rand(2, 5, 12, seed=27)
     E, F = m.projections(8)
     assert E.shape[-2:] == (4, 8)
@@ -185,14 +185,14 @@ def test_module_short_sequences_use_first_columns(sharing, projection):
 
 def test_sharing_modes_store_what_the_paper_says():
     torch.manual_seed(3)
-    mods = {s: LinformerSelfAttention(12, heads=3, seq_len=8, k=2, sharing=s) for s in SHARING}
+    mods = {s: LinformerSelfAttention(12, heads=3, seq_len=8, proj_len=2, sharing=s) for s in SHARING}
     assert mods["none"].E.shape == (3, 2, 8) and mods["none"].F.shape == (3, 2, 8)
     assert mods["headwise"].E.shape == (2, 8) and mods["headwise"].F.shape == (2, 8)
     for s in ("kv", "layerwise"):
         E, F = mods[s].projections(8)
         assert mods[s].F is None and F.data_ptr() == E.data_ptr() and torch.equal(E, F)
     first = mods["layerwise"]
-    second = LinformerSelfAttention(12, heads=3, seq_len=8, k=2, sharing="layerwise", E=first.E)
+    second = LinformerSelfAttention(12, heads=3, seq_len=8, proj_len=2, sharing="layerwise", E=first.E)
     assert second.E is first.E
     # one parameter, gradients from both layers accumulate into it
     x = torch.randn(1, 8, 12)
@@ -216,11 +216,11 @@ def test_parameter_count_helper_matches_a_built_stack(sharing, projection):
     stack = nn.ModuleList()
     for _ in range(layers):
         E = stack[0].E if (sharing == "layerwise" and projection != "mean" and len(stack)) else None
-        stack.append(LinformerSelfAttention(16, heads=heads, seq_len=seq_len, k=k, sharing=sharing,
+        stack.append(LinformerSelfAttention(16, heads=heads, seq_len=seq_len, proj_len=k, sharing=sharing,
                                             projection=projection, E=E))
     # named_parameters() lists a shared parameter once, as an optimizer sees it
     counted = sum(p.numel() for n, p in stack.named_parameters() if n.split(".")[-1] in ("E", "F"))
-    assert counted == projection_parameter_count(sharing, layers=layers, heads=heads, seq_len=seq_len, k=k,
+    assert counted == projection_parameter_count(sharing, layers=layers, heads=heads, seq_len=seq_len, proj_len=k,
                                                  projection=projection)
 
 
@@ -254,8 +254,8 @@ def test_init_scales_projected_keys_as_documented(scheme, ratio):
 
 
 def test_init_is_deterministic_given_a_generator():
-    a = LinformerSelfAttention(8, heads=2, seq_len=6, k=2, generator=torch.Generator().manual_seed(5))
-    b = LinformerSelfAttention(8, heads=2, seq_len=6, k=2, generator=torch.Generator().manual_seed(5))
+    a = LinformerSelfAttention(8, heads=2, seq_len=6, proj_len=2, generator=torch.Generator().manual_seed(5))
+    b = LinformerSelfAttention(8, heads=2, seq_len=6, proj_len=2, generator=torch.Generator().manual_seed(5))
     assert torch.equal(a.E, b.E) and torch.equal(a.F, b.F) and not torch.equal(a.E, a.F)
 
 
@@ -269,7 +269,7 @@ def test_gradcheck_float64():
 def test_leakage_probe_detects_linformer_and_passes_exact_causal():
     torch.manual_seed(4)
     x = rand(1, 6, 8, seed=50)
-    lin = LinformerSelfAttention(8, heads=2, seq_len=6, k=3).double()
+    lin = LinformerSelfAttention(8, heads=2, seq_len=6, proj_len=3).double()
     exact = MultiHeadSelfAttention(8, heads=2).double()
     g = torch.Generator().manual_seed(0)
     assert future_leakage(lambda t: lin(t), x, generator=g) > 1e-3
@@ -284,7 +284,7 @@ def test_error_causal():
     E = rand(2, 6, seed=61)
     with pytest.raises(ValueError, match=r"cannot be causal.*future.*favor_attention"):
         linformer_attention(q, k, v, E, E, causal=True)
-    m = LinformerSelfAttention(8, heads=2, seq_len=6, k=2)
+    m = LinformerSelfAttention(8, heads=2, seq_len=6, proj_len=2)
     with pytest.raises(ValueError, match=r"cannot be causal"):
         m(torch.randn(1, 6, 8), causal=True)
 
@@ -293,7 +293,7 @@ def test_error_too_long():
     q, k, v = qkv(N=6, seed=62)
     with pytest.raises(ValueError, match=r"6 positions but E covers only seq_len=5.*seq_len >= 6"):
         linformer_attention(q, k, v, rand(2, 5, seed=63), rand(2, 5, seed=64))
-    m = LinformerSelfAttention(8, heads=2, seq_len=4, k=2)
+    m = LinformerSelfAttention(8, heads=2, seq_len=4, proj_len=2)
     with pytest.raises(ValueError, match=r"sequence length 5 exceeds this Linformer's seq_len=4.*seq_len >= 5"):
         m(torch.randn(1, 5, 8))
 
@@ -326,16 +326,16 @@ def test_error_bad_inputs_use_the_shared_checks():
     (dict(sharing="rows"), r"unknown sharing 'rows'; choose one of"),
     (dict(projection="max"), r"unknown projection 'max'; choose one of"),
     (dict(init="orthogonal"), r"unknown init 'orthogonal'; choose one of"),
-    (dict(k=0), r"k and seq_len must be positive ints"),
-    (dict(k=3, projection="mean"), r"seq_len must be divisible by k; got seq_len=8, k=3"),
-    (dict(k=3, projection="conv"), r"seq_len must be divisible by k"),
+    (dict(proj_len=0), r"proj_len and seq_len must be positive ints"),
+    (dict(proj_len=3, projection="mean"), r"divisible by proj_len; got seq_len=8, proj_len=3"),
+    (dict(proj_len=3, projection="conv"), r"divisible by proj_len"),
     (dict(E=nn.Parameter(torch.zeros(2, 8))), r"only for sharing='layerwise'"),
     (dict(sharing="layerwise", E=nn.Parameter(torch.zeros(3, 8))), r"shared E must be an nn.Parameter of shape \(2, 8\)"),
     (dict(sharing="layerwise", E=torch.zeros(2, 8)), r"nn.Parameter"),
     (dict(sharing="layerwise", projection="mean", E=nn.Parameter(torch.zeros(2, 8))), r"no learned E to share"),
 ])
 def test_error_bad_module_arguments(kwargs, pattern):
-    args = dict(dim=8, heads=2, seq_len=8, k=2)
+    args = dict(dim=8, heads=2, seq_len=8, proj_len=2)
     args.update(kwargs)
     with pytest.raises(ValueError, match=pattern):
         LinformerSelfAttention(**args)
@@ -344,7 +344,7 @@ def test_error_bad_module_arguments(kwargs, pattern):
 def test_error_counts():
     with pytest.raises(ValueError, match=r"unknown sharing 'all'"):
         projection_matrix_count("all", layers=1, heads=1)
-    with pytest.raises(ValueError, match=r"mean pooling needs seq_len divisible by k"):
+    with pytest.raises(ValueError, match=r"mean pooling needs seq_len divisible by proj_len"):
         mean_pool_matrix(3, 8)
 
 
@@ -392,7 +392,7 @@ def test_peer_to_ours(share_kv, n):
 def test_ours_to_peer(sharing, n):
     from minilin.peers import linformer_to_peer
     torch.manual_seed(8)
-    ours = LinformerSelfAttention(24, heads=4, seq_len=16, k=6, sharing=sharing).double()
+    ours = LinformerSelfAttention(24, heads=4, seq_len=16, proj_len=6, sharing=sharing).double()
     if sharing != "headwise":
         with torch.no_grad():
             ours.to_v.weight.copy_(ours.to_k.weight)  # the peer's share_kv also ties values to keys
@@ -413,7 +413,7 @@ def test_peer_transplant_refuses_what_the_peer_cannot_express():
              (dict(sharing="kv"), r"uses the keys as values.*to_v.weight")]
     for kwargs, pattern in cases:
         with pytest.raises(ValueError, match=pattern):
-            linformer_to_peer(LinformerSelfAttention(8, heads=2, seq_len=8, k=2, **kwargs))
+            linformer_to_peer(LinformerSelfAttention(8, heads=2, seq_len=8, proj_len=2, **kwargs))
     with pytest.raises(ValueError, match=r"one_kv_head=True.*no counterpart"):
         linformer_from_peer(Peer(8, seq_len=8, k=2, heads=2, one_kv_head=True))
 
@@ -421,7 +421,7 @@ def test_peer_transplant_refuses_what_the_peer_cannot_express():
 @pytest.mark.peers
 def test_peer_transplant_leaves_the_global_rng_alone():
     from minilin.peers import linformer_to_peer
-    ours = LinformerSelfAttention(8, heads=2, seq_len=8, k=2)
+    ours = LinformerSelfAttention(8, heads=2, seq_len=8, proj_len=2)
     torch.manual_seed(9)
     expected = torch.rand(3)
     torch.manual_seed(9)

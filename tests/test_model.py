@@ -4,6 +4,8 @@ import math
 
 import pytest
 import torch
+
+from minilin.efficient import EfficientSelfAttention
 import torch.nn.functional as F
 
 from minilin.attention import softmax_attention
@@ -79,7 +81,7 @@ def test_untrained_loss_is_near_log_vocab():
     assert abs(loss.item() - math.log(256)) < 0.05
 
 
-@pytest.mark.parametrize("attention", ["exact", "sdpa", "performer", "efficient", ["performer", "exact"]])
+@pytest.mark.parametrize("attention", ["exact", "sdpa", "performer", "efficient", "linear", ["performer", "exact"]])
 @pytest.mark.parametrize("positions", ["learned", "rope"])
 def test_causal_models_do_not_see_the_future(attention, positions):
     model = tiny(attention, positions)
@@ -98,7 +100,7 @@ def test_causal_models_do_not_see_the_future(attention, positions):
 
 
 def test_bidirectional_linformer_model_sees_everything():
-    model = tiny("linformer", causal=False, linformer_k=8)
+    model = tiny("linformer", causal=False, proj_len=8)
     h = model.embed(ids(1, 24)).detach()
     assert future_leakage(lambda t: model.blocks[0](t, causal=False), h) > 1e-3
 
@@ -114,7 +116,7 @@ def test_causal_linformer_is_a_clear_error():
         model.generate(ids(1, 4), 3)
 
 
-@pytest.mark.parametrize("attention", ["exact", "sdpa", "performer", ["performer", "exact"]])
+@pytest.mark.parametrize("attention", ["exact", "sdpa", "performer", "linear", "efficient", ["performer", "exact"]])
 @pytest.mark.parametrize("positions", ["learned", "rope"])
 def test_step_by_step_equals_full_forward(attention, positions):
     model = tiny(attention, positions)
@@ -142,7 +144,7 @@ def test_performer_state_is_constant_size_exact_cache_grows():
         assert (short == long) == (attention == "performer")
 
 
-@pytest.mark.parametrize("attention", ["performer", "exact", ["performer", "exact"]])
+@pytest.mark.parametrize("attention", ["performer", "exact", "linear", "efficient", ["performer", "exact"]])
 def test_generate_recurrent_equals_rerunning_the_prefix(attention):
     model = tiny(attention, "rope")
     prompt = ids(2, 5)
@@ -156,13 +158,15 @@ def test_generate_recurrent_equals_rerunning_the_prefix(attention):
     assert not torch.equal(greedy, fast)  # sampling is not greedy decoding
 
 
-def test_generate_falls_back_to_rerun_for_efficient_attention():
-    model = tiny("efficient")
+def test_generate_falls_back_to_rerun_without_a_recurrent_form():
+    model = tiny("linformer", causal=False)
     assert not model.can_step()
-    out = model.generate(ids(1, 3), 5, generator=torch.Generator().manual_seed(0))
-    assert out.shape == (1, 8)
     with pytest.raises(ValueError, match="step needs"):
         model.step(ids(1, 1)[:, 0])
+    bucketed = EfficientSelfAttention(16, 2, bucket_size=4)
+    assert not bucketed.recurrent
+    with pytest.raises(NotImplementedError, match="bucket_size=4"):
+        bucketed.step(torch.randn(1, 1, 16))
 
 
 def test_learned_positions_stop_at_block_size():
@@ -223,7 +227,7 @@ def test_exact_and_sdpa_models_are_the_same_function():
 
 def test_hybrid_layers_and_per_layer_k():
     model = TinyLM(LMConfig(attention=["linformer", "linformer", "exact"], depth=3, causal=False,
-                            linformer_k=[8, 16, 4], block_size=32, dim=32))
+                            proj_len=[8, 16, 4], block_size=32, dim=32))
     kinds = [type(b.attn) for b in model.blocks]
     assert kinds == [LinformerSelfAttention, LinformerSelfAttention, ExactSelfAttention]
     assert [b.attn.E.shape for b in model.blocks[:2]] == [(8, 32), (16, 32)]
@@ -232,15 +236,15 @@ def test_hybrid_layers_and_per_layer_k():
     assert model.blocks[0].attn.seed != TinyLM(LMConfig(attention="performer")).blocks[1].attn.seed
     with pytest.raises(ValueError, match="one name per layer"):
         TinyLM(LMConfig(attention=["exact"], depth=2))
-    with pytest.raises(ValueError, match="one k per layer"):
-        TinyLM(LMConfig(attention="linformer", causal=False, linformer_k=[8, 8, 8]))
+    with pytest.raises(ValueError, match="one length per layer"):
+        TinyLM(LMConfig(attention="linformer", causal=False, proj_len=[8, 8, 8]))
     with pytest.raises(ValueError, match="unknown attention"):
         TinyLM(LMConfig(attention="flash"))
 
 
 def test_layerwise_sharing_registers_one_E():
     model = TinyLM(LMConfig(attention="linformer", causal=False, linformer_sharing="layerwise", depth=3,
-                            block_size=32, dim=32, linformer_k=8))
+                            block_size=32, dim=32, proj_len=8))
     names = [n for n, _ in model.named_parameters() if n.endswith((".E", ".F"))]
     assert names == ["blocks.0.attn.E"]
     assert all(b.attn.E is model.blocks[0].attn.E for b in model.blocks)
@@ -287,7 +291,7 @@ def test_linear_attention_transformer_baseline_is_causal():
 @pytest.mark.parametrize("projection", ["linear", "mean", "conv"])
 def test_layerwise_sharing_builds_for_every_projection_kind(projection):
     from minilin.model import LMConfig, TinyLM
-    cfg = LMConfig(attention="linformer", causal=False, depth=2, block_size=32, linformer_k=8,
+    cfg = LMConfig(attention="linformer", causal=False, depth=2, block_size=32, proj_len=8,
                    linformer_sharing="layerwise", linformer_projection=projection)
     model = TinyLM(cfg)
     idx = torch.randint(0, 256, (2, 32), generator=torch.Generator().manual_seed(0))

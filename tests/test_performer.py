@@ -17,7 +17,7 @@ from minilin.performer import (
     favor_attention,
     favor_step,
     gaussian_projection,
-    linear_attention,
+    global_linear_attention,
     orthogonal_gaussian,
     positive_features,
     trig_features,
@@ -231,7 +231,7 @@ def test_linear_attention_needs_no_n_by_n_matrix():
     pk = torch.rand(1, 1, 9, 4, generator=g, dtype=torch.float64)
     v = torch.randn(1, 1, 9, 3, generator=g, dtype=torch.float64)
     a = pq @ pk.transpose(-2, -1)
-    torch.testing.assert_close(linear_attention(pq, pk, v), (a / a.sum(-1, keepdim=True)) @ v, rtol=0, atol=TOL)
+    torch.testing.assert_close(global_linear_attention(pq, pk, v), (a / a.sum(-1, keepdim=True)) @ v, rtol=0, atol=TOL)
     ca = a * torch.ones(6, 9, dtype=torch.bool).tril(diagonal=3)  # bottom-right: M − N = 3
     torch.testing.assert_close(causal_linear_attention(pq, pk, v, chunk_size=2), (ca / ca.sum(-1, keepdim=True)) @ v,
                                rtol=0, atol=TOL)

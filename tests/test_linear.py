@@ -1,0 +1,252 @@
+"""Linear attention as feature maps (minilin.linear): the formula, causality for every input, padding,
+the recurrent form, edge cases (empty sequences, non-finite inputs, half precision), and the registry."""
+import inspect
+import warnings
+
+import pytest
+import torch
+
+from minilin import variants
+from minilin.attention import MultiHeadSelfAttention, sdpa_attention, softmax_attention
+from minilin.efficient import efficient_attention
+from minilin.linear import (EfficientPair, LinearSelfAttention, PositiveRandomFeatures, elu_plus_one,
+                            linear_attention, linear_step)
+from minilin.performer import PerformerSelfAttention, favor_attention, orthogonal_gaussian
+from minilin.probes import future_leakage
+
+TOL = 1e-12  # float64: only round-off separates the scan from the formula
+
+
+def rand(*shape, seed=0, dtype=torch.float64, scale=1.0):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=dtype) * scale
+
+
+def formula(q, k, v, phi, *, mask=None, causal=False):
+    """φ(q_i)·φ(k_j) weights, masked, normalised: the (N, M) form of linear attention, for small tests."""
+    a = phi(q) @ phi(k).transpose(-2, -1)  # (B, H, N, M)
+    n, m = q.shape[2], k.shape[2]
+    keep = torch.ones(n, m, dtype=torch.bool)
+    if causal:
+        keep = torch.arange(m)[None, :] <= torch.arange(n)[:, None] + (m - n)
+    keep = keep[None, None]
+    if mask is not None:
+        keep = keep & mask[:, None, None, :]
+    a = torch.where(keep, a, torch.zeros_like(a))
+    den = a.sum(-1, keepdim=True)
+    return torch.where(den > 0, a @ v / torch.where(den > 0, den, torch.ones_like(den)), torch.zeros_like(v[..., :1, :]))
+
+
+def elu1(x):
+    return torch.nn.functional.elu(x) + 1
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("n, m", [(9, 9), (4, 9), (9, 5)])
+@pytest.mark.parametrize("chunk", [1, 3, 128])
+def test_elu_plus_one_equals_the_formula(causal, n, m, chunk):
+    q, k, v = rand(2, 3, n, 4, seed=1), rand(2, 3, m, 4, seed=2), rand(2, 3, m, 5, seed=3)
+    mask = torch.ones(2, m, dtype=torch.bool)
+    mask[1, :2] = False  # left padding on one sequence
+    got = linear_attention(q, k, v, feature_map=elu_plus_one, mask=mask, causal=causal, chunk_size=chunk)
+    torch.testing.assert_close(got, formula(q, k, v, elu1, mask=mask, causal=causal), rtol=0, atol=TOL)
+
+
+@pytest.mark.parametrize("fmap", ["elu", "positive", "efficient"])
+def test_padded_keys_get_exactly_zero_weight(fmap):
+    fm = {"elu": elu_plus_one, "efficient": EfficientPair(),
+          "positive": PositiveRandomFeatures(orthogonal_gaussian(16, 4, generator=torch.Generator().manual_seed(0),
+                                                                 dtype=torch.float64))}[fmap]
+    q, k, v = rand(2, 2, 7, 4, seed=4), rand(2, 2, 7, 4, seed=5), rand(2, 2, 7, 3, seed=6)
+    mask = torch.tensor([[True] * 5 + [False] * 2, [False] * 3 + [True] * 4])
+    for causal in (False, True):
+        ref = linear_attention(q, k, v, feature_map=fm, mask=mask, causal=causal)
+        k2, v2 = k.clone(), v.clone()
+        k2[~mask[:, None, :].expand(2, 2, 7)] = 1e3  # huge padded keys would dominate any max they entered
+        v2[~mask[:, None, :].expand(2, 2, 7)] = 1e6
+        out = linear_attention(q, k2, v2, feature_map=fm, mask=mask, causal=causal)
+        torch.testing.assert_close(out, ref, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", ["linear", "performer", "efficient"])
+def test_no_future_leakage(name):
+    x = rand(1, 24, 16, seed=7)
+    module = variants.build_module(name, 16, 2, **({"nb_features": 32} if name == "performer" else {})).double()
+    assert future_leakage(lambda t: module(t, causal=True), x, generator=torch.Generator().manual_seed(0)) == 0.0
+
+
+@pytest.mark.parametrize("fmap", ["elu", "positive", "efficient"])
+def test_recurrent_step_equals_the_causal_scan(fmap):
+    fm = {"elu": elu_plus_one, "efficient": EfficientPair(),
+          "positive": PositiveRandomFeatures(orthogonal_gaussian(12, 4, generator=torch.Generator().manual_seed(1),
+                                                                 dtype=torch.float64))}[fmap]
+    q, k, v = rand(2, 3, 11, 4, seed=8, scale=3.0), rand(2, 3, 11, 4, seed=9, scale=3.0), rand(2, 3, 11, 5, seed=10)
+    full = linear_attention(q, k, v, feature_map=fm, causal=True, chunk_size=4)
+    out_a, state = linear_step(q[:, :, :6], k[:, :, :6], v[:, :, :6], feature_map=fm)
+    out_b, state = linear_step(q[:, :, 6:], k[:, :, 6:], v[:, :, 6:], state, feature_map=fm)
+    torch.testing.assert_close(torch.cat([out_a, out_b], dim=2), full, rtol=0, atol=1e-12)
+    assert state.position == 11 and state.kv.shape == (2, 3, q.shape[-1] if fmap != "positive" else 12, 5)
+
+
+# ---- causal means causal for every input -------------------------------------------------------------------
+
+def _causal_paths():
+    w = orthogonal_gaussian(16, 8, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    return {
+        "softmax": lambda q, k, v: softmax_attention(q, k, v, causal=True),
+        "sdpa": lambda q, k, v: sdpa_attention(q, k, v, causal=True),
+        "performer": lambda q, k, v: favor_attention(q, k, v, w, causal=True, chunk_size=4),
+        "performer-trig": lambda q, k, v: favor_attention(q, k, v, w, kernel="trig", causal=True, chunk_size=4),
+        "linear": lambda q, k, v: linear_attention(q, k, v, feature_map=elu_plus_one, causal=True, chunk_size=4),
+        "efficient": lambda q, k, v: efficient_attention(q, k, v, causal=True, chunk_size=4),
+        "efficient-bucket": lambda q, k, v: efficient_attention(q, k, v, causal=True, bucket_size=4),
+    }
+
+
+@pytest.mark.parametrize("path", list(_causal_paths()))
+@pytest.mark.parametrize("where", ["q", "k"])
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+@pytest.mark.parametrize("s", [5, 8, 13])
+def test_a_non_finite_future_input_never_reaches_the_past(path, where, bad, s):
+    fn = _causal_paths()[path]
+    q, k, v = rand(1, 2, 14, 8, seed=11), rand(1, 2, 14, 8, seed=12), rand(1, 2, 14, 8, seed=13)
+    clean = fn(q, k, v)
+    poisoned = {"q": q.clone(), "k": k.clone()}
+    poisoned[where][0, 1, s, 3] = bad
+    out = fn(poisoned["q"], poisoned["k"], v)
+    assert torch.equal(out[:, :, :s], clean[:, :, :s])  # bit-identical before position s
+    if where == "k" and bad != bad:  # NaN in, NaN out where it belongs: every later output of that head
+        assert torch.isnan(out[0, 1, s + 1:]).all() or path == "efficient-bucket"
+
+
+@pytest.mark.parametrize("path", ["performer", "linear", "efficient"])
+def test_non_causal_nan_is_nan_out_not_zero(path):
+    q, k, v = rand(1, 1, 6, 8, seed=14), rand(1, 1, 6, 8, seed=15), rand(1, 1, 6, 8, seed=16)
+    k[0, 0, 2, 0] = float("nan")
+    fn = {"performer": lambda: favor_attention(q, k, v, orthogonal_gaussian(16, 8, generator=torch.Generator().manual_seed(3), dtype=torch.float64)),
+          "linear": lambda: linear_attention(q, k, v, feature_map=elu_plus_one),
+          "efficient": lambda: efficient_attention(q, k, v)}[path]
+    assert torch.isnan(fn()).all()  # as exact attention: a NaN key reaches every query
+
+
+# ---- scale: no silent zero rows -----------------------------------------------------------------------------
+
+def _run_recording_warnings(fn):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = fn()
+    return out, any(issubclass(w.category, RuntimeWarning) for w in caught)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("scale", [10.0, 100.0])
+def test_efficient_causal_is_right_or_says_so_at_large_inputs(dtype, scale):
+    q, k, v = (rand(1, 2, 128, 64, seed=s, scale=scale).to(dtype) for s in (17, 18, 19))
+    q64, k64, v64 = q.double(), k.double(), v.double()  # the same (rounded) inputs, in float64 and log space:
+    log_w = torch.logsumexp(torch.log_softmax(q64, -1)[..., :, None, :] + k64[..., None, :, :], -1)  # (B, H, N, M)
+    future = ~torch.ones(128, 128, dtype=torch.bool).tril()
+    ref = torch.softmax(log_w.masked_fill(future, -float("inf")), -1) @ v64
+    out, warned = _run_recording_warnings(lambda: efficient_attention(q, k, v, causal=True))
+    assert out.dtype == dtype and torch.isfinite(out).all()
+    # computed in float32 inside: the error is the output's own rounding to `dtype`, relative to |v|
+    err = ((out.double() - ref).abs().amax() / v64.abs().amax()).item()
+    right = err < {torch.float16: 2e-3, torch.bfloat16: 1e-2, torch.float32: 1e-5}[dtype]
+    if scale == 10.0:  # it returned 23 zero rows of 128 in float16 here
+        assert right and not warned
+    else:  # exponents 100 apart inside one chunk: right, or a RuntimeWarning, never silently wrong
+        assert right or warned
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("scale", [1.0, 10.0, 100.0])
+@pytest.mark.parametrize("causal", [False, True])
+def test_favor_never_returns_a_silent_zero_row(dtype, scale, causal):
+    w = orthogonal_gaussian(64, 16, generator=torch.Generator().manual_seed(4), dtype=dtype)
+    q, k, v = (rand(1, 2, 64, 16, seed=s, scale=scale).to(dtype) for s in (20, 21, 22))
+    v = v / scale
+    out, warned = _run_recording_warnings(lambda: favor_attention(q, k, v, w, causal=causal))
+    assert torch.isfinite(out).all()
+    zero_rows = bool((out.abs().amax(-1) == 0).any())
+    assert warned or not zero_rows
+    assert (out.abs() <= v.abs().amax() * (1 + 1e-5)).all()  # a convex combination of values
+    if not causal or scale == 1.0:  # one scale per feature over all keys: nothing can be lost
+        assert not warned and not zero_rows
+
+
+# ---- edge cases -------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("n, m", [(0, 5), (5, 0), (0, 0)])
+@pytest.mark.parametrize("causal", [False, True])
+def test_empty_sequences_give_the_empty_or_zero_result(n, m, causal):
+    q, k, v = rand(2, 3, n, 4), rand(2, 3, m, 4), rand(2, 3, m, 5)
+    w = orthogonal_gaussian(8, 4, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+    for fn in (softmax_attention, sdpa_attention, efficient_attention,
+               lambda *a, **kw: favor_attention(*a, w, **kw),
+               lambda *a, **kw: linear_attention(*a, feature_map=elu_plus_one, **kw)):
+        out = fn(q, k, v, causal=causal)
+        assert out.shape == (2, 3, n, 5) and torch.equal(out, torch.zeros_like(out))
+
+
+def test_modules_accept_empty_sequences_and_empty_steps():
+    module = PerformerSelfAttention(8, 2, nb_features=8)
+    assert module(torch.zeros(1, 0, 8), causal=True).shape == (1, 0, 8)
+    y, state = module.step(torch.zeros(1, 0, 8))
+    assert y.shape == (1, 0, 8) and state.position == 0
+
+
+@pytest.mark.parametrize("name", variants.ATTENTIONS)
+def test_module_dtype_mismatch_is_our_error(name):
+    module = variants.build_module(name, 8, 2, **({"seq_len": 8, "proj_len": 4} if name == "linformer" else {}))
+    with pytest.raises(ValueError, match=r"x is torch.float64 but the module's weights are torch.float32"):
+        module(torch.zeros(1, 4, 8, dtype=torch.float64))
+    with pytest.raises(ValueError, match="floating-point"):
+        module(torch.zeros(1, 4, 8, dtype=torch.long))
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_second_derivatives_are_right(causal):
+    w = orthogonal_gaussian(8, 4, generator=torch.Generator().manual_seed(6), dtype=torch.float64)
+    q, k, v = (rand(1, 1, 5, 4, seed=s).requires_grad_() for s in (23, 24, 25))
+    fn = lambda *a: favor_attention(*a, w, causal=causal, chunk_size=2)  # noqa: E731
+    assert torch.autograd.gradcheck(fn, (q, k, v))
+    assert torch.autograd.gradgradcheck(fn, (q, k, v))  # it returned False through the old ratio op
+
+
+# ---- one shape for every module -----------------------------------------------------------------------------
+
+def test_every_attention_module_is_keyword_only_after_heads():
+    classes = {MultiHeadSelfAttention, LinearSelfAttention}
+    for name in variants.ATTENTIONS:
+        classes.add(type(variants.build_module(name, 8, 2, **({"seq_len": 8, "proj_len": 4} if name == "linformer" else {}))))
+    for cls in classes:
+        params = list(inspect.signature(cls.__init__).parameters.values())[1:]  # drop self
+        assert [p.name for p in params[:2]] == ["dim", "heads"], cls
+        assert all(p.kind is p.KEYWORD_ONLY for p in params[2:]), (cls, [p for p in params[2:] if p.kind is not p.KEYWORD_ONLY])
+        assert issubclass(cls, MultiHeadSelfAttention)
+
+
+def test_registry_spellings_are_the_ones_used_everywhere():
+    from minilin.model import ATTENTIONS as model_names
+    assert model_names == variants.ATTENTIONS == ("exact", "sdpa", "linformer", "performer", "linear", "efficient")
+    for text in variants.method_examples():
+        assert variants.parse_method(text).name == text
+    for bad, match in [("favor", "unknown method"), ("linformer-causal-k8", "cannot be causal"),
+                       ("peer-linear", "no third-party"), ("linformer", "projected length"),
+                       ("exact-m8", "performer only")]:
+        with pytest.raises(ValueError, match=match):
+            variants.parse_method(bad)
+
+
+def test_step_protocol_is_on_the_base_class():
+    with pytest.raises(NotImplementedError, match="no recurrent one-token form"):
+        variants.build_module("linformer", 8, 2, seq_len=8, proj_len=4).step(torch.zeros(1, 1, 8))
+    for name in variants.ATTENTIONS:
+        module = variants.build_module(name, 8, 2, **({"seq_len": 8, "proj_len": 4} if name == "linformer" else {}))
+        assert module.recurrent == variants.VARIANTS[name].recurrent
+
+
+def test_no_warning_on_ordinary_use():
+    x = rand(2, 16, 8, seed=26, dtype=torch.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for name in ("linear", "performer", "efficient"):
+            variants.build_module(name, 8, 2)(x, causal=True)
