@@ -1,42 +1,30 @@
 """Linear attention as a choice of feature map: softmax(q kᵀ) v replaced by φ(q) (φ(k)ᵀ v) / φ(q) (φ(k)ᵀ 1).
 
-    out_i = Σ_j (φ(q_i)·φ(k_j)) v_j / Σ_j φ(q_i)·φ(k_j)        ("Transformers are RNNs", Katharopoulos et
-                                                                 al. 2020, arXiv 2006.16236, eq. 4-6)
-
-Associativity turns the (N × M) matrix into an (F × Dv) state Σ_j φ(k_j) v_jᵀ: O(N·F·Dv) time. The variants
-of this course differ only in φ (one `FeatureMap` each):
-    elu_plus_one             φ(x) = elu(x) + 1                         Katharopoulos et al. 2020
-    PositiveRandomFeatures   φ(x) = exp(Wx' − |x'|²/2)/√m              Performer / FAVOR+ (arXiv 2009.14794)
+    out_i = Σ_j (φ(q_i)·φ(k_j)) v_j / Σ_j φ(q_i)·φ(k_j)     ("Transformers are RNNs", Katharopoulos et al.
+                                                              2020, arXiv 2006.16236, eq. 4-6)
+Associativity turns the (N × M) matrix into an (F × Dv) state Σ_j φ(k_j) v_jᵀ. The variants differ in φ:
+    elu_plus_one             elu(x) + 1                                Katharopoulos et al. 2020
+    PositiveRandomFeatures   exp(Wx' − |x'|²/2)/√m                     Performer / FAVOR+ (arXiv 2009.14794)
     TrigRandomFeatures       exp(|x'|²/2)/√m · [sin Wx', cos Wx']      Performer's counter-example
-    EfficientPair            φ_q = softmax over features, φ_k = exp    Shen et al. (arXiv 1812.01243), as
-                             (non-causal: softmax over key positions)  linear-attention-transformer computes it
+    EfficientPair            softmax over q's features; exp(k), or a   Shen et al. (arXiv 1812.01243), as
+                             softmax over key positions (non-causal)   linear-attention-transformer computes it
+Shapes and mask/causal semantics: the package contract (minilin/attention.py). One chunked causal scan
+(`_scan`): inside a chunk the masked quadratic form, across chunks an (F × Dv+1) prefix sum (App. B.1 of
+arXiv 2009.14794); never an (N, F, Dv) tensor.
 
-Shapes: the package contract (minilin/attention.py): q (B, H, N, D), k (B, H, M, D), v (B, H, M, Dv), mask
-(B, M) bool with True = real token; causal is bottom-right aligned; a query that sees no key outputs zeros.
+Exponential features overflow (float32 above e ≈ 88), and a factor common to a query's numerator and
+normaliser cancels, so exponents are shifted. Non-causal: feature f of every key by its max over the keys,
+C_f, and query i by max_f(e_if + C_f), so each row's largest term is exactly 1 and its normaliser cannot
+underflow. Causal: keys by a running max over positions ≤ j (never the future: a max over all positions lets
+later keys into earlier outputs, performer-pytorch#82), carried as a log-scale and rescaled by exp(r_old −
+r_new) ≤ 1 (the online-softmax trick); queries by their own row max. If a query's large features then meet
+only small key features, its normaliser underflows: that row is 0 and a RuntimeWarning says so (inputs of
+norm ~10 in float32; scale them down or use float64). Padded keys get exponent −inf: weight exactly 0 (φ(0)
+is not 0, performer-pytorch#89). float16/bfloat16 are computed in float32 (fast-transformers#32).
 
-One causal scan (`causal_linear_attention`), chunked: inside a chunk of c positions the masked quadratic
-form, across chunks an (F × Dv+1) prefix sum [App. B.1 of arXiv 2009.14794]; never an (N, F, Dv) tensor.
-
-Stabilising exponential features. φ = exp(e) overflows (float32 above e ≈ 88), and a common factor of
-numerator and denominator cancels, so every exponent may be shifted. Two rules keep the result exact and
-finite:
-  keys    e_j − r_j, with r_j the running max of the key exponents over positions ≤ j (never the future:
-          a max over all positions lets later keys into earlier outputs, performer-pytorch#82). The prefix
-          sums carry r as a log-scale and rescale by exp(r_old − r_new) ≤ 1 (the online-softmax trick).
-  queries e_i − s_i with s_i = max_f (e_if + C_if) − r_i, C_if = max over visible keys of their exponent
-          on feature f. Then the largest term of query i's normaliser is exactly 1, so the normaliser is
-          ≥ 1 and never underflows to a silent zero, and every term φ(q_i)_f·φ(k_j)_f ≤ 1 cannot overflow.
-          (Subtracting only the query's own row max, as peers do, lets the normaliser underflow when the
-          query's large features meet the keys' small ones: zero rows at |x| ≈ 10.)
-Key and query exponents on a very different scale still lose the small terms to float32's range; that is
-rounding, not a zero row. Padded keys get exponent −inf: weight exactly 0 (φ(0) itself is not 0,
-performer-pytorch#89). float16/bfloat16 inputs are computed in float32 and cast back (sums of features
-overflow float16, fast-transformers#32).
-
-Non-finite inputs: a NaN or inf in a query or key reaches exactly the outputs that may see it (NaN out,
-never a silent zero); with causal=True outputs before it are bit-identical to a run without it. A NaN
-*value* v_s can still reach earlier outputs of its own chunk through 0·NaN in the chunk's matrix product,
-as it does in F.scaled_dot_product_attention.
+Non-finite inputs reach exactly the outputs that may see them (NaN out, never a silent zero); with
+causal=True, outputs before a NaN/inf query or key are bit-identical to a run without it. A NaN *value* can
+still reach earlier outputs of its chunk through 0·NaN in a matrix product, as in scaled_dot_product_attention.
 """
 import math
 import warnings
@@ -45,117 +33,8 @@ from dataclasses import dataclass
 import torch
 
 from minilin.attention import MultiHeadSelfAttention, check_attention_inputs
-
-
-# ---- feature maps -------------------------------------------------------------------------------------
-
-class FeatureMap:
-    """φ for linear attention. `query(q)` and `key(k)` map (..., N, D) -> (..., N, F).
-
-    exponential=True: they return exponents e (φ = exp(e) up to a per-query or global constant) and the
-    attention functions below stabilise them. key_normaliser=True: non-causal keys are normalised over the
-    positions (efficient attention), a global normaliser that has no recurrent one-token form.
-    """
-    name = "feature map"
-    exponential = False
-    key_normaliser = False
-
-    def query(self, q):
-        raise NotImplementedError
-
-    def key(self, k):
-        raise NotImplementedError
-
-    def features(self, x, *, is_query):
-        """The unstabilised φ(x) itself (overflows for large inputs; for plots and small checks)."""
-        e = self.query(x) if is_query else self.key(x)
-        return torch.exp(e) if self.exponential else e
-
-    def __repr__(self):
-        return self.name
-
-
-class ELUPlusOne(FeatureMap):
-    """φ(x) = elu(x) + 1 > 0 (Katharopoulos et al. 2020, arXiv 2006.16236, eq. 7): F = D, no randomness."""
-    name = "elu_plus_one"
-
-    def query(self, q):
-        return torch.nn.functional.elu(q) + 1
-
-    key = query
-
-
-elu_plus_one = ELUPlusOne()
-
-
-def _check_projection(x, projection):
-    if not isinstance(projection, torch.Tensor) or projection.ndim != 2 or projection.shape[1] != x.shape[-1]:
-        got = tuple(projection.shape) if isinstance(projection, torch.Tensor) else type(projection).__name__
-        raise ValueError(f"projection must have shape (nb_features, head_dim={x.shape[-1]}), got {got}; "
-                         f"draw it with minilin.performer.orthogonal_gaussian(m, {x.shape[-1]}, generator=...)")
-
-
-class PositiveRandomFeatures(FeatureMap):
-    """FAVOR+ features φ(x) = exp(Wx' − |x'|²/2)/√m, x' = x·D^(-1/4) (Lemma 1 of arXiv 2009.14794).
-
-    projection: (m, D) rows w_i; E[φ(q)·φ(k)] = exp(qᵀk/√D) for w_i ~ N(0, I) (normalize=False: exp(qᵀk)).
-    As exponents: queries Wq' (the −|q'|²/2 and −log √m are per-query constants and cancel), keys
-    Wk' − |k'|²/2 (the per-key term does not cancel).
-    """
-    name = "positive random features"
-    exponential = True
-
-    def __init__(self, projection, *, normalize=True):
-        self.projection, self.normalize = projection, normalize
-
-    def _wx(self, x):
-        _check_projection(x, self.projection)
-        scale = x.shape[-1] ** -0.25 if self.normalize else 1.0
-        return x @ (self.projection.to(x.dtype).T * scale), 0.5 * scale ** 2 * (x * x).sum(-1, keepdim=True)
-
-    def query(self, q):
-        return self._wx(q)[0]
-
-    def key(self, k):
-        wx, half_sq = self._wx(k)
-        return wx - half_sq
-
-    def features(self, x, *, is_query):
-        wx, half_sq = self._wx(x)
-        return torch.exp(wx - half_sq - 0.5 * math.log(self.projection.shape[0]))
-
-
-class TrigRandomFeatures(FeatureMap):
-    """exp(|x'|²/2)/√m · [sin Wx', cos Wx']: unbiased for exp(x'ᵀy') too, but of both signs, so the
-    normaliser can be ~0 or negative where softmax is small (Lemma 2 of arXiv 2009.14794). Not stabilised."""
-    name = "trigonometric random features"
-
-    def __init__(self, projection, *, normalize=True):
-        self.projection, self.normalize = projection, normalize
-
-    def query(self, x):
-        _check_projection(x, self.projection)
-        scale = x.shape[-1] ** -0.25 if self.normalize else 1.0
-        wx = x @ (self.projection.to(x.dtype).T * scale)  # (..., N, m)
-        amp = torch.exp(0.5 * scale ** 2 * (x * x).sum(-1, keepdim=True)) * self.projection.shape[0] ** -0.5
-        return torch.cat([torch.sin(wx), torch.cos(wx)], dim=-1) * amp  # (..., N, 2m)
-
-    key = query
-
-
-class EfficientPair(FeatureMap):
-    """Efficient attention's maps (Shen et al., arXiv 1812.01243), as linear-attention-transformer 0.19.1
-    computes them: φ_q = softmax over each query's features; φ_k = exp(k) with one normaliser per query
-    (causal), or a softmax over the key positions per feature (non-causal, eq. 3 of the paper)."""
-    name = "softmax-over-features / exp (efficient attention)"
-    exponential = True
-    key_normaliser = True
-
-    def query(self, q):
-        return q  # softmax over features = exp(q) / a per-query constant, which cancels
-
-    def key(self, k):
-        return k
+from minilin.feature_maps import (  # noqa: F401 (the maps are part of this module's interface)
+    EfficientPair, ELUPlusOne, FeatureMap, PositiveRandomFeatures, TrigRandomFeatures, _check_projection, elu_plus_one)
 
 
 # ---- the ratio and the scans ------------------------------------------------------------------------------

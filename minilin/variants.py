@@ -250,7 +250,7 @@ def attention_function(method, n, make, *, nb_features, dim_head, heads):
         method = parse_method(method)
     m = method.nb_features or nb_features
     if method.peer:
-        from minilin import peers
-        return peers.attention_function(method, n, make, nb_features=m, dim_head=dim_head, heads=heads)
+        from minilin import peer_attention
+        return peer_attention.attention_function(method, n, make, nb_features=m, dim_head=dim_head, heads=heads)
     return VARIANTS[method.variant].function(n, make, method.causal, proj_len=method.proj_len, nb_features=m,
                                              dim_head=dim_head)
