@@ -262,7 +262,11 @@ class TinyLM(nn.Module):
         """
         if not self.config.causal:
             raise ValueError("generate needs a causal model (causal=True); a masked LM fills in MASK_ID slots instead")
-        recurrent = self.can_step() if recurrent is None else recurrent
+        if max_new_tokens < 0:
+            raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
+        if recurrent is None:  # a recurrent decoder cannot slide learned positions past block_size
+            recurrent = self.can_step() and (self.pos_emb is None
+                                             or idx.shape[1] + max_new_tokens <= self.config.block_size)
         was_training = self.training
         self.eval()
         out = idx
@@ -282,7 +286,11 @@ class TinyLM(nn.Module):
 
 
 def sample_next(logits, *, temperature=1.0, top_k=None, generator=None):
-    """logits (B, V) -> (B,) sampled ids; temperature 0 = argmax."""
+    """logits (B, V) -> (B,) sampled ids; temperature 0 = argmax; top_k keeps the k likeliest (k >= 1)."""
+    if not (temperature >= 0 and math.isfinite(temperature)):
+        raise ValueError(f"temperature must be a finite number >= 0 (0 = greedy), got {temperature}")
+    if top_k is not None and (not isinstance(top_k, int) or top_k < 1):
+        raise ValueError(f"top_k must be a positive int or None (no cut), got {top_k!r}")
     if temperature == 0:
         return logits.argmax(dim=-1)
     logits = logits.float() / temperature

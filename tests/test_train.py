@@ -1,10 +1,12 @@
 """Training loop: schedule, optimizer groups, evaluation, atomic checkpoints, bit-identical resume, the CLI,
-and a 2-process DDP run (gloo, CPU) under torchrun."""
+and a 2-process DDP run (gloo, CPU) under torchrun. (Bad command lines: tests/test_cli_errors.py.)"""
 import json
 import math
 import os
 import pickle
+import shutil
 import signal
+import time
 import subprocess
 import sys
 import textwrap
@@ -14,8 +16,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from minilin.data import AssociativeRecall, ByteCorpus
+from minilin.__main__ import main as minilin_main
+from minilin.checkpoint import CheckpointError, check_writable
+from minilin.data import AssociativeRecall, ByteCorpus, decode
+from minilin.device import resolve_device
 from minilin.model import LMConfig, TinyLM
+from minilin.sample import generate as sample_generate
+from minilin.sample import main as sample_main
 from minilin.train import (
     TrainConfig,
     config_from_args,
@@ -26,7 +33,6 @@ from minilin.train import (
     lr_at,
     main,
     make_optimizer,
-    sample_main,
     save_checkpoint,
     train,
 )
@@ -67,7 +73,7 @@ def test_schedule_warms_up_then_decays_to_min_lr():
 
 
 def test_optimizer_groups_decay_matrices_and_scale_linformer_projections():
-    model = TinyLM(LMConfig(attention="linformer", causal=False, block_size=32, dim=32, linformer_k=8))
+    model = TinyLM(LMConfig(attention="linformer", causal=False, block_size=32, dim=32, proj_len=8))
     opt = make_optimizer(model, TrainConfig(ef_lr_scale=0.25, weight_decay=0.1))
     by_scale = {g["lr_scale"]: g for g in opt.param_groups if g["weight_decay"] > 0}
     ef = {id(p) for n, p in model.named_parameters() if n.split(".")[-1] in ("E", "F")}
@@ -117,8 +123,9 @@ class NotAWeight:
 
 def test_checkpoint_load_is_weights_only(tmp_path):
     torch.save({"obj": NotAWeight()}, tmp_path / "evil.pt")
-    with pytest.raises(pickle.UnpicklingError):
+    with pytest.raises(CheckpointError, match="not a minilin checkpoint") as err:
         load_checkpoint(tmp_path / "evil.pt")
+    assert "weights_only" not in str(err.value)  # torch's advice to unpickle anything is not ours
 
 
 def test_resume_is_bit_identical_to_an_uninterrupted_run(tmp_path, corpus):
@@ -147,7 +154,7 @@ def test_bidirectional_model_cannot_train_on_next_byte_targets(corpus):
     with pytest.raises(ValueError, match="causal model"):
         train(small(model=dict(attention="linformer", causal=False)), data=corpus)
     # on the masked-LM objective it trains, and Linformer's E/F move at their own rate
-    h = train(small(model=dict(attention="linformer", causal=False, linformer_k=8), objective="mlm", steps=4,
+    h = train(small(model=dict(attention="linformer", causal=False, proj_len=8), objective="mlm", steps=4,
                     ef_lr_scale=0.5))
     assert len(h.loss) == 4 and all(math.isfinite(v) for v in h.loss)
 
@@ -155,7 +162,7 @@ def test_bidirectional_model_cannot_train_on_next_byte_targets(corpus):
 def test_synthetic_task_trains_exact_and_linformer():
     task = AssociativeRecall(seq_len=32, n_pairs=4)
     for attention, causal in (("exact", True), ("linformer", False)):
-        h = train(small(model=dict(attention=attention, causal=causal, linformer_k=8), steps=4), data=task)
+        h = train(small(model=dict(attention=attention, causal=causal, proj_len=8), steps=4), data=task)
         assert 0.0 <= h.val_acc[-1] <= 1.0 and len(h.val_bits) == 1
 
 
@@ -183,8 +190,229 @@ def test_cli_derives_causality_from_the_objective():
     assert not config_from_args(parse(["--objective", "mlm", "--attention", "linformer"])).model.causal
     assert not config_from_args(parse(["--data", "recall", "--attention", "exact,linformer"])).model.causal
     assert config_from_args(parse(["--data", "recall", "--attention", "performer"])).model.causal
-    cfg = config_from_args(parse(["--attention", "performer,exact", "--linformer-k", "8,16", "--lr", "1e-3"]))
-    assert cfg.model.attention == ["performer", "exact"] and cfg.model.linformer_k == [8, 16] and cfg.lr == 1e-3
+    cfg = config_from_args(parse(["--attention", "performer,exact", "--proj-len", "8,16", "--lr", "1e-3"]))
+    assert cfg.model.attention == ["performer", "exact"] and cfg.model.proj_len == [8, 16] and cfg.lr == 1e-3
+
+
+# ---- issue 11: resume target, unwritable --out, unreadable checkpoints, sampling past block_size ----------
+
+TINY = ["--steps", "2", "--block-size", "32", "--dim", "32", "--depth", "1", "--heads", "2", "--batch-size", "2",
+        "--eval-batches", "1", "--eval-interval", "1", "--device", "cpu", "--no-progress"]
+
+
+def test_resume_writes_to_the_checkpoint_it_resumed_from(tmp_path, capsys):
+    original, copy = tmp_path / "lm.pt", tmp_path / "copy.pt"
+    assert main([*TINY, "--out", str(original)]) == 0
+    shutil.copy(original, copy)
+    capsys.readouterr()
+    assert main(["--resume", str(copy), "--steps", "4", "--no-progress"]) == 0
+    assert load_checkpoint(copy)["step"] == 4  # continued in the file it came from ...
+    assert load_checkpoint(original)["step"] == 2  # ... not in the `out` stored inside it
+    assert f"checkpoint: {copy}" in capsys.readouterr().out
+    other = tmp_path / "other.pt"  # --out still says otherwise
+    assert main(["--resume", str(copy), "--steps", "5", "--out", str(other), "--no-progress"]) == 0
+    assert load_checkpoint(other)["step"] == 5 and load_checkpoint(copy)["step"] == 4
+
+
+class CountingCorpus(ByteCorpus):
+    drawn = 0
+
+    def batch(self, split, *args, **kw):
+        if split == "train":
+            self.drawn += 1
+        return super().batch(split, *args, **kw)
+
+
+@pytest.mark.parametrize("where", ["under-a-file", "a-folder", "unwritable"])
+def test_out_that_cannot_be_written_fails_before_the_first_step(tmp_path, where):
+    (tmp_path / "a_file").write_text("not a folder")
+    out = {"under-a-file": tmp_path / "a_file" / "x.pt", "a-folder": tmp_path,
+           "unwritable": tmp_path / "locked" / "lm.pt"}[where]
+    if where == "unwritable":
+        if os.geteuid() == 0:
+            pytest.skip("root writes into a read-only folder anyway")
+        out.parent.mkdir()
+        out.parent.chmod(0o500)
+    data = CountingCorpus(block_size=32)
+    with pytest.raises(ValueError, match="out") as err:
+        train(small(out=str(out)), data=data)
+    assert data.drawn == 0, "the error came after training had started"
+    assert str(out) in str(err.value) and "\n" not in str(err.value)
+    assert sorted(os.listdir(tmp_path)) in (["a_file"], ["a_file", "locked"])  # the check leaves nothing behind
+    with pytest.raises(ValueError):
+        check_writable(out)
+
+
+@pytest.fixture(scope="module")
+def tiny_checkpoint(tmp_path_factory):
+    path = tmp_path_factory.mktemp("ckpt") / "lm.pt"
+    train(TrainConfig(model=LMConfig(block_size=32, dim=32, depth=1, heads=2), steps=2, batch_size=2,
+                      eval_batches=1, eval_interval=1, device="cpu", out=str(path)))
+    return path
+
+
+@pytest.mark.parametrize("kind", ["empty", "random", "plain-dict", "truncated", "pickled-object", "folder"])
+def test_unreadable_checkpoint_is_one_clear_error(tmp_path, tiny_checkpoint, kind):
+    path = tmp_path / f"{kind}.pt"
+    if kind == "empty":
+        path.write_bytes(b"")
+    elif kind == "random":
+        path.write_bytes(os.urandom(2048))
+    elif kind == "plain-dict":
+        torch.save({"weights": torch.zeros(2)}, path)
+    elif kind == "truncated":
+        path.write_bytes(tiny_checkpoint.read_bytes()[:3000])
+    elif kind == "pickled-object":
+        torch.save({"format": "minilin-lm-1", "obj": NotAWeight()}, path)
+    else:
+        path.mkdir()
+    for load in (load_model, lambda p: train(small(), resume=p)):
+        with pytest.raises(CheckpointError) as err:
+            load(path)
+        message = str(err.value)
+        assert str(path) in message and "\n" not in message and "weights_only" not in message, message
+
+
+def test_killed_save_leaves_no_temporary_file(tmp_path, monkeypatch):
+    path = tmp_path / "lm.pt"
+
+    def interrupted_save(obj, f):
+        f.write(b"half a checkpoint")
+        raise KeyboardInterrupt  # Ctrl-C in the middle of torch.save
+
+    monkeypatch.setattr(torch, "save", interrupted_save)
+    with pytest.raises(KeyboardInterrupt):
+        save_checkpoint({"w": torch.zeros(2)}, path)
+    assert os.listdir(tmp_path) == []
+    monkeypatch.undo()
+    # a save killed outright (SIGKILL, power cut) cannot clean up: the next save into the folder does
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    (tmp_path / f".lm.pt.tmp{int(dead.stdout)}").write_bytes(b"left by a killed save")
+    (tmp_path / f".other.pt.tmp{os.getpid()}").write_bytes(b"another file's save, in flight")
+    save_checkpoint({"w": torch.zeros(2)}, path)
+    assert sorted(os.listdir(tmp_path)) == [f".other.pt.tmp{os.getpid()}", "lm.pt"]
+
+
+SLOW_SAVE = """
+import sys, time, torch
+from minilin.checkpoint import save_checkpoint
+def slow(obj, f):
+    f.write(b"x" * 1000); f.flush(); print("saving", flush=True); time.sleep(60)
+torch.save = slow
+save_checkpoint({"w": torch.zeros(2)}, sys.argv[1])
+"""
+
+
+def test_terminated_save_leaves_no_temporary_file(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen([sys.executable, "-c", SLOW_SAVE, str(tmp_path / "lm.pt")], stdout=subprocess.PIPE,
+                            text=True, env=env)
+    try:
+        assert proc.stdout.readline().strip() == "saving"
+        assert any(name.startswith(".lm.pt.tmp") for name in os.listdir(tmp_path))
+        proc.send_signal(signal.SIGTERM)  # what torchrun and job schedulers send
+        proc.wait(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode != 0 and os.listdir(tmp_path) == []
+
+
+def test_sample_past_block_size_with_learned_positions(tiny_checkpoint, capsys):
+    # block_size 32, learned positions: the recurrent decoder cannot go past position 31
+    assert sample_main(["--ckpt", str(tiny_checkpoint), "--tokens", "40", "--temperature", "0", "--no-progress"]) == 0
+    out = capsys.readouterr()
+    assert len(out.out.encode("utf-8", errors="surrogateescape")) >= 41  # newline prompt + 40 bytes (+ print's \n)
+    notes = out.err.strip().splitlines()
+    assert len(notes) == 1 and "block_size=32" in notes[0] and "window" in notes[0], out.err
+    # the windowed decoder is what the fallback runs: the same text as asking for it
+    assert sample_main(["--ckpt", str(tiny_checkpoint), "--tokens", "40", "--temperature", "0",
+                        "--recurrent", "no", "--no-progress"]) == 0
+    assert capsys.readouterr() == (out.out, "")
+    # ... and the same as one call to the model's windowed decoder (the command decodes in chunks, for its bar)
+    model, _ = load_model(tiny_checkpoint)
+    whole = model.generate(torch.tensor([[10]]), 40, temperature=0, recurrent=False)
+    assert out.out == decode(whole[0]) + "\n"
+    seeded = [dict(temperature=0.8, generator=torch.Generator().manual_seed(3)) for _ in range(2)]
+    chunked = sample_generate(model, torch.tensor([[10]]), 40, recurrent=False, progress=False, **seeded[0])
+    assert torch.equal(chunked, model.generate(torch.tensor([[10]]), 40, recurrent=False, **seeded[1]))
+    if not os.environ.get("TQDM_DISABLE"):  # the windowed decoder shows its progress on stderr
+        assert sample_main(["--ckpt", str(tiny_checkpoint), "--tokens", "40", "--recurrent", "no"]) == 0
+        assert "sample: 100%" in capsys.readouterr().err
+    # within block_size the recurrent default stays, silently
+    assert sample_main(["--ckpt", str(tiny_checkpoint), "--tokens", "20"]) == 0
+    assert capsys.readouterr().err == ""
+
+
+def test_train_then_sample_with_the_default_checkpoint(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert minilin_main(["train", *TINY]) == 0
+    assert "checkpoint: checkpoints/lm.pt" in capsys.readouterr().out
+    assert load_checkpoint(tmp_path / "checkpoints" / "lm.pt")["step"] == 2
+    assert minilin_main(["sample", "--ckpt", "checkpoints/lm.pt", "--tokens", "20", "--prompt", "def "]) == 0
+    assert capsys.readouterr().out.startswith("def ")
+    assert minilin_main(["train", *TINY, "--no-save"]) == 0
+    assert sorted(os.listdir(tmp_path)) == ["checkpoints"]
+
+
+def test_compare_writes_no_checkpoint(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert minilin_main(["train", *TINY, "--compare", "exact,performer"]) == 0
+    table = capsys.readouterr().out
+    assert "val bits/byte" in table and "performer" in table
+    assert os.listdir(tmp_path) == []
+
+
+def test_progress_bar_respects_tqdm_disable(tmp_path, capsys):
+    argv = [*[a for a in TINY if a != "--no-progress"], "--no-save"]
+    if not os.environ.get("TQDM_DISABLE"):
+        assert main(argv) == 0
+        assert "train: 100%" in capsys.readouterr().err  # the bar, on stderr
+    # tqdm reads TQDM_DISABLE when it is imported (and an explicit disable=False would override it): a subprocess
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "TQDM_DISABLE": "1"}
+    hidden = subprocess.run([sys.executable, "-m", "minilin", "train", *argv], capture_output=True, text=True,
+                            env=env, cwd=tmp_path, timeout=120)
+    assert hidden.returncode == 0 and hidden.stderr == "", hidden.stderr
+    assert "final val bits/byte" in hidden.stdout
+
+
+@pytest.mark.parametrize("field, value, flag", [
+    ("steps", 0, "--steps"), ("steps", -5, "--steps"), ("batch_size", 0, "--batch-size"),
+    ("eval_interval", 0, "--eval-interval"), ("eval_batches", 0, "--eval-batches"),
+    ("ckpt_interval", -1, "--ckpt-interval"), ("lr", 0.0, "--lr"), ("grad_clip", -1.0, "--grad-clip"),
+    ("objective", "mask", "--objective"), ("arch", "gpt", "--arch"), ("data", "no/such/file.txt", "--data"),
+    ("model.block_size", 0, "--block-size"), ("model.heads", 3, "--heads"), ("model.attention", "foo", "--attention"),
+    ("model.dropout", 1.0, "--dropout"),
+])
+def test_config_validate_names_the_field_and_the_fix(field, value, flag):
+    if field.startswith("model."):
+        config = small(model={field[6:]: value})
+    else:
+        config = small(**{field: value})
+    with pytest.raises(ValueError) as err:
+        config.validate()
+    assert field.split(".")[-1] in str(err.value) and flag in str(err.value), str(err.value)
+    with pytest.raises(ValueError):  # the Python API checks the same way, before any step
+        train(config)
+
+
+def test_zero_batch_size_is_not_blamed_on_the_learning_rate():
+    with pytest.raises(ValueError, match="batch_size") as err:
+        train(small(batch_size=0))
+    assert "learning rate" not in str(err.value)
+
+
+def test_resolve_device():
+    assert resolve_device("auto") == torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
+    assert resolve_device("cpu") == torch.device("cpu")
+    with pytest.raises(ValueError, match="auto, cpu, cuda"):
+        resolve_device("gpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="--device cpu"):
+            resolve_device("cuda")
+    else:
+        assert resolve_device("cuda", local_rank=0) == torch.device("cuda", 0)
+        with pytest.raises(ValueError, match="devices"):
+            resolve_device(f"cuda:{torch.cuda.device_count()}")
 
 
 DDP_SCRIPT = """

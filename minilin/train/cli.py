@@ -1,0 +1,156 @@
+"""`python -m minilin train`: train one model (or --compare several) from the command line.
+
+    python -m minilin train --attention performer --steps 600            # writes checkpoints/lm.pt
+    python -m minilin sample --ckpt checkpoints/lm.pt --prompt "def "    # text from it
+    python -m minilin train --resume checkpoints/lm.pt --steps 900       # continue, in the same file
+    python -m minilin train --objective mlm --attention linformer --proj-len 32
+    python -m minilin train --compare torch-encoder,exact,performer      # the anchor benchmark (no checkpoints)
+    torchrun --nproc_per_node=2 -m minilin train --steps 200             # DDP, one process per device
+
+A checkpoint goes to checkpoints/lm.pt in the current folder unless --out says otherwise (--no-save: none);
+a resumed run continues in the file it resumed from. Every value, path and checkpoint is checked before the
+first step; a bad one is one line on stderr naming the fix, exit code 2.
+"""
+import argparse
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+
+from minilin.checkpoint import check_writable, read_lm_checkpoint
+from minilin.cli import Parser, UsageError, nonnegative_int, positive_float, positive_int
+from minilin.data import TASKS
+from minilin.device import DEVICE_HELP, distributed_env, resolve_device
+from minilin.model import ARCHS, ATTENTIONS, POSITIONS, LMConfig
+from minilin.train.compare import check_compare, compare, format_table
+from minilin.train.config import DEFAULT_OUT, TrainConfig
+from minilin.train.loop import checkpoint_config, run_steps, start_run
+
+
+def _name_list(valid, what):
+    def parse(text):
+        names = text.split(",")
+        for name in names:
+            if name not in valid:
+                raise argparse.ArgumentTypeError(f"unknown {what} {name!r}: choose from {', '.join(valid)}")
+        return names[0] if len(names) == 1 else names
+    return parse
+
+
+def _positive_ints(text):
+    values = [positive_int(t) for t in text.split(",")]
+    return values[0] if len(values) == 1 else values
+
+
+def build_parser():
+    d, m = TrainConfig(), LMConfig()
+    p = Parser(prog="python -m minilin train", description=__doc__,
+               formatter_class=argparse.RawDescriptionHelpFormatter)
+    a = p.add_argument_group("model")
+    a.add_argument("--arch", choices=sorted(ARCHS), help=f"architecture (default {d.arch})")
+    a.add_argument("--attention", type=_name_list(ATTENTIONS, "attention"),
+                   help=f"{', '.join(ATTENTIONS)}; a comma list gives one per layer (default {m.attention})")
+    a.add_argument("--positions", choices=POSITIONS, help=f"default {m.positions}")
+    a.add_argument("--block-size", type=positive_int, help=f"sequence length (default {m.block_size})")
+    for name in ("dim", "depth", "heads", "ff_mult"):
+        a.add_argument("--" + name.replace("_", "-"), type=positive_int, help=f"default {getattr(m, name)}")
+    a.add_argument("--dropout", type=float, help=f"in [0, 1) (default {m.dropout})")
+    a.add_argument("--causal", action=argparse.BooleanOptionalAction,
+                   help="causal model (default: yes, except --objective mlm or a Linformer layer on a task)")
+    a.add_argument("--proj-len", type=_positive_ints,
+                   help=f"Linformer's projected length k; a comma list gives one per layer (default {m.proj_len})")
+    a.add_argument("--linformer-sharing", choices=("none", "headwise", "kv", "layerwise"),
+                   help=f"default {m.linformer_sharing}")
+    a.add_argument("--nb-features", type=positive_int, help="Performer's m (default dim_head·ln dim_head)")
+    a.add_argument("--redraw-interval", type=positive_int,
+                   help=f"Performer redraw period (default {m.redraw_interval})")
+    t = p.add_argument_group("training")
+    t.add_argument("--data", help=f"pydoc, a UTF-8 file, or a task: {', '.join(TASKS)} (default {d.data})")
+    t.add_argument("--objective", choices=("clm", "mlm"), help=f"text objective (default {d.objective})")
+    defaults = {"warmup": "steps / 10", "min_lr": "lr / 10", "ckpt_interval": "0: only at the end"}
+    kinds = {"steps": positive_int, "batch_size": positive_int, "warmup": nonnegative_int,
+             "eval_interval": positive_int, "eval_batches": positive_int, "seed": int, "ckpt_interval": nonnegative_int,
+             "lr": positive_float, "min_lr": float, "weight_decay": float, "grad_clip": float, "ef_lr_scale": float,
+             "mask_prob": positive_float}
+    for name, kind in kinds.items():
+        t.add_argument("--" + name.replace("_", "-"), type=kind, help=f"default {defaults.get(name, getattr(d, name))}")
+    t.add_argument("--device", help=DEVICE_HELP)
+    save = t.add_mutually_exclusive_group()
+    save.add_argument("--out", help=f"checkpoint path, written atomically at the end and every --ckpt-interval steps "
+                                    f"(default {DEFAULT_OUT} in the current folder; with --resume: the file "
+                                    f"resumed from)")
+    save.add_argument("--no-save", action="store_true", help="write no checkpoint")
+    t.add_argument("--resume", help="continue from this checkpoint (its config; --steps may extend it)")
+    t.add_argument("--history", help="write the History (per-step losses, evals) as JSON here")
+    t.add_argument("--no-progress", action="store_true", help="no progress bar (or set TQDM_DISABLE=1)")
+    t.add_argument("--compare", type=_name_list(tuple(a for a in ARCHS if a != "tinylm") + tuple(ATTENTIONS), "model"),
+                   help="train several models with one budget and print a table, e.g. torch-encoder,exact,performer "
+                        "(writes no checkpoints)")
+    return p
+
+
+MODEL_ARGS = ("attention", "positions", "block_size", "dim", "depth", "heads", "ff_mult", "dropout", "causal",
+              "proj_len", "linformer_sharing", "nb_features", "redraw_interval")
+TRAIN_ARGS = ("arch", "data", "objective", "steps", "batch_size", "warmup", "eval_interval", "eval_batches", "seed",
+              "ckpt_interval", "lr", "min_lr", "weight_decay", "grad_clip", "ef_lr_scale", "mask_prob", "device")
+
+
+def config_from_args(args, base=None):
+    """TrainConfig from parsed CLI args: the options given override `base` (default TrainConfig()).
+
+    `out` is not set here: main() decides it (--out, --no-save, --resume, DEFAULT_OUT)."""
+    base = TrainConfig() if base is None else base
+    model = replace(base.model, **{k: getattr(args, k) for k in MODEL_ARGS if getattr(args, k) is not None})
+    if args.causal is None and args.resume is None:  # derive: a text MLM, or a Linformer layer on a task
+        objective, task = args.objective or base.objective, (args.data or base.data) in TASKS
+        if (objective == "mlm" and not task) or (task and "linformer" in model.layer_attention()):
+            model = replace(model, causal=False)
+    return replace(base, model=model, **{k: getattr(args, k) for k in TRAIN_ARGS if getattr(args, k) is not None})
+
+
+def main(argv=None):
+    """`python -m minilin train`: returns 0 on success; raises UsageError for a mistake in the command."""
+    args = build_parser().parse_args(argv)
+    if args.compare and (args.out or args.resume or args.history):
+        raise UsageError("--compare trains several models and writes no checkpoint or history: drop --out, "
+                         "--resume and --history")
+    rank = distributed_env()[0]
+    say = print if rank == 0 else None
+    try:
+        base = None
+        if args.resume:
+            base = checkpoint_config(read_lm_checkpoint(args.resume), args.resume)
+            base = replace(base, out=None, device="auto")  # the checkpoint's machine and file are not this run's
+        config = config_from_args(args, base)
+        if args.compare:
+            names = [args.compare] if isinstance(args.compare, str) else args.compare
+            data = check_compare(names, config)
+        else:
+            config = replace(config, out=None if args.no_save else (args.out or args.resume or DEFAULT_OUT))
+            if args.history and rank == 0:
+                check_writable(args.history, option="--history", what="the history")
+            run = start_run(config, resume=args.resume)
+    except ValueError as err:  # every check above names the fix; CheckpointError is a ValueError
+        raise UsageError(str(err)) from None
+    if args.compare:
+        rows = compare(names, config, data=data, progress=not args.no_progress, log=say)
+        if say:
+            say(format_table(rows))
+            say(f"device {resolve_device(config.device)}, torch {torch.__version__}, "
+                f"{torch.get_num_threads()} threads")
+        return 0
+    if say:
+        say(f"{config.arch} {config.model}")
+        say(f"checkpoint: {config.out}" if config.out else "checkpoint: none (--no-save)")
+    try:
+        history = run_steps(run, progress=not args.no_progress, log=say)
+    finally:
+        run.close()
+    if say:
+        say(f"{history.params:,} parameters, {1e3 * history.step_time():.1f} ms/step, final val bits/byte "
+            f"{history.val_bits[-1]:.4f}" + (f", checkpoint {config.out} (step {run.step})" if config.out else ""))
+    if args.history and rank == 0:
+        Path(args.history).write_text(json.dumps(history.to_dict()))
+    return 0
+
