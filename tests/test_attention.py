@@ -1,4 +1,5 @@
 """Exact attention: vectorised == loop spec (property test), == PyTorch SDPA, gradients, masks, errors."""
+
 import math
 
 import pytest
@@ -14,19 +15,8 @@ from minilin.attention import (
     softmax_attention,
 )
 from minilin.probes import future_leakage, influence_matrix
+from helpers import TOL, qkv
 
-# float64 round-off for sums of a few dozen O(1) terms is ~1e-15; 1e-10 leaves room and still catches
-# any real error (a wrong scale, a missing mask or an off-by-one causal mask is O(1e-2) or larger).
-TOL = 1e-10
-
-
-def qkv(B=2, H=3, N=5, M=None, D=4, Dv=None, seed=0, dtype=torch.float64):
-    g = torch.Generator().manual_seed(seed)
-    M = N if M is None else M
-    Dv = D if Dv is None else Dv
-    return (torch.randn(B, H, N, D, generator=g, dtype=dtype),
-            torch.randn(B, H, M, D, generator=g, dtype=dtype),
-            torch.randn(B, H, M, Dv, generator=g, dtype=dtype))
 
 
 @st.composite
@@ -176,7 +166,7 @@ def test_module_matches_manual_heads_and_is_pluggable():
     (lambda q, k, v: (q, k, v, torch.ones(2, 1, 1, 5, dtype=torch.bool)), r"mask must have shape"),
 ])
 def test_errors_name_the_fix(bad, match):
-    q, k, v, mask = bad(*qkv(seed=9))
+    q, k, v, mask = bad(*qkv(N=5, seed=9))
     with pytest.raises(ValueError, match=match):
         softmax_attention(q, k, v, mask=mask)
     with pytest.raises(ValueError, match=match):

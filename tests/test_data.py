@@ -26,10 +26,7 @@ from minilin.data import (
     random_windows,
     train_val_split,
 )
-
-
-def gen(seed=0):
-    return torch.Generator().manual_seed(seed)
+from helpers import gen
 
 
 @given(st.text())

@@ -12,29 +12,9 @@ from minilin.efficient import (
     visible_counts,
 )
 from minilin.probes import future_leakage, influence_matrix
+from helpers import TOL, qkv
 
-# float64 round-off over a few dozen O(1) terms is ~1e-15; 1e-10 leaves room and still catches any real
-# error (a wrong normaliser, an off-by-one bucket or a leaked key changes outputs by 1e-3 or more).
-TOL = 1e-10
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    # Every tensor here is tiny: handing work to threads costs more than it saves, and on a busy 2-core
-    # runner each hand-off can wait ~20 ms. One thread keeps this file fast and its timing stable.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-def qkv(B=2, H=3, N=6, M=None, D=4, Dv=None, seed=0, dtype=torch.float64):
-    g = torch.Generator().manual_seed(seed)
-    M = N if M is None else M
-    Dv = D if Dv is None else Dv
-    return (torch.randn(B, H, N, D, generator=g, dtype=dtype),
-            torch.randn(B, H, M, D, generator=g, dtype=dtype),
-            torch.randn(B, H, M, Dv, generator=g, dtype=dtype))
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @st.composite

@@ -13,12 +13,9 @@ from minilin.linear import (EfficientPair, LinearSelfAttention, PositiveRandomFe
                             linear_attention, linear_step)
 from minilin.performer import PerformerSelfAttention, favor_attention, orthogonal_gaussian
 from minilin.probes import future_leakage
+from helpers import rand
 
 TOL = 1e-12  # float64: only round-off separates the scan from the formula
-
-
-def rand(*shape, seed=0, dtype=torch.float64, scale=1.0):
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=dtype) * scale
 
 
 def formula(q, k, v, phi, *, mask=None, causal=False):

@@ -22,20 +22,9 @@ from minilin.linformer import (
     projection_parameter_count,
 )
 from minilin.probes import future_leakage
+from helpers import TOL, qkv, rand
 
-# float64 round-off for sums of a few dozen O(1) terms is ~1e-15; 1e-10 leaves room and still catches
-# any real error (a wrong slice, a missing mask or a transposed E changes outputs by 1e-2 or more).
-TOL = 1e-10
 f64 = torch.float64
-
-
-def rand(*shape, seed=0):
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=f64)
-
-
-def qkv(B=2, H=3, N=6, M=None, D=4, Dv=None, seed=0):
-    M = N if M is None else M
-    return rand(B, H, N, D, seed=seed), rand(B, H, M, D, seed=seed + 1), rand(B, H, M, Dv or D, seed=seed + 2)
 
 
 def linformer_loops(q, k, v, E, F, mask=None):

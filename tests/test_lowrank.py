@@ -15,13 +15,10 @@ from minilin.lowrank import (
     rank_at_energy,
     singular_values,
 )
+from helpers import rand
 
 TOL = 1e-10  # float64 SVDs of matrices with O(1) entries are accurate to ~1e-14; 1e-10 leaves room
 f64 = torch.float64
-
-
-def rand(*shape, seed=0):
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=f64)
 
 
 def rank_r(n, r, seed):

@@ -24,27 +24,9 @@ from minilin.peers import (  # noqa: E402
     lat_self_attention_from_ours,
     ours_from_lat_self_attention,
 )
+from helpers import TOL, rand
 
-pytestmark = pytest.mark.peers
-
-# float64: the two sides do the same arithmetic in a different order (einsum vs matmul, bucketed cumsum vs
-# our chunked scan); round-off is ~1e-15 on O(1) values. 1e-10 still catches any real difference (a
-# missing D^-1/2, a wrong bucket or a transposed E is O(1e-2) or larger).
-TOL = 1e-10
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    # Every tensor here is tiny: handing work to threads costs more than it saves, and on a busy 2-core
-    # runner each hand-off can wait ~20 ms. One thread keeps this file fast and its timing stable.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-def rand(*shape, seed=0):
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+pytestmark = [pytest.mark.peers, pytest.mark.usefixtures("one_thread")]
 
 
 def padding_mask():

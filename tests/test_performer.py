@@ -1,7 +1,9 @@
 """FAVOR+ (minilin.performer): projections, feature maps, exact algebra of the linear forms (float64),
 the estimator's statistics (seeded), causality, padding, half precision, the module, and performer-pytorch.
 """
+
 import math
+from functools import partial
 
 import pytest
 import torch
@@ -23,24 +25,8 @@ from minilin.performer import (
     trig_features,
 )
 from minilin.probes import future_leakage
+from helpers import TOL, gen, qkv
 
-# The exact identities below (chunked == quadratic, recurrent == chunked, stabilised == unstabilised) are
-# sums of at most a few hundred O(1) float64 products: round-off ~1e-14. 1e-10 leaves room and catches any
-# real bug (a wrong mask, a missing chunk, an off-by-one prefix all give errors of 1e-3 or more).
-TOL = 1e-10
-
-
-def gen(seed):
-    return torch.Generator().manual_seed(seed)
-
-
-def qkv(B=2, H=3, N=11, M=None, D=8, Dv=None, seed=0, scale=1.0, dtype=torch.float64):
-    g = gen(seed)
-    M = N if M is None else M
-    Dv = D if Dv is None else Dv
-    return (scale * torch.randn(B, H, N, D, generator=g, dtype=dtype),
-            scale * torch.randn(B, H, M, D, generator=g, dtype=dtype),
-            torch.randn(B, H, M, Dv, generator=g, dtype=dtype))
 
 
 def quadratic_reference(q, k, v, projection, *, mask=None, causal=False):
@@ -91,7 +77,7 @@ def test_projection_argument_errors():
         orthogonal_gaussian(4, 4, generator=None)
     with pytest.raises(ValueError, match="scaling"):
         orthogonal_gaussian(4, 4, generator=gen(0), scaling="unit")
-    q, k, v = qkv()
+    q, k, v = qkv(N=11, D=8)
     with pytest.raises(ValueError, match="nb_features, head_dim"):
         favor_attention(q, k, v, torch.randn(16, 5, dtype=torch.float64))
     with pytest.raises(ValueError, match="kernel"):
@@ -105,7 +91,7 @@ def test_projection_argument_errors():
 # ---- feature maps: exact algebra -------------------------------------------------------------------------
 
 def test_stabilised_features_differ_by_factors_that_cancel():
-    q, k, _ = qkv(N=6, M=9, seed=7)
+    q, k, _ = qkv(N=6, M=9, seed=7, D=8)
     w = orthogonal_gaussian(24, 8, generator=gen(8), dtype=torch.float64)
     exact_q = positive_features(q, w, is_query=True, stabilize=False)
     exact_k = positive_features(k, w, is_query=False, stabilize=False)
@@ -121,7 +107,7 @@ def test_stabilised_features_differ_by_factors_that_cancel():
 
 
 def test_causal_key_features_use_a_running_max():
-    _, k, _ = qkv(N=1, M=12, seed=50)
+    _, k, _ = qkv(N=1, M=12, seed=50, D=8)
     w = orthogonal_gaussian(24, 8, generator=gen(51), dtype=torch.float64)
     mask = torch.ones(2, 12, dtype=torch.bool)
     mask[1, :4] = False  # left padding: no key seen at first
@@ -158,7 +144,7 @@ def test_features_match_their_formulas():
 
 @pytest.mark.parametrize("causal", [False, True])
 def test_favor_equals_quadratic_form_with_the_same_features(causal):
-    q, k, v = qkv(N=13, seed=11, scale=0.7)
+    q, k, v = qkv(N=13, seed=11, scale=0.7, D=8)
     mask = torch.rand(2, 13, generator=gen(12)) > 0.3
     w = orthogonal_gaussian(20, 8, generator=gen(13), dtype=torch.float64)
     for m in (None, mask):
@@ -199,7 +185,7 @@ def test_chunk_sizes_agree(chunk):
 
 @pytest.mark.parametrize("kernel", ["positive", "trig"])
 def test_recurrent_step_equals_chunked(kernel):
-    q, k, v = qkv(N=19, Dv=5, seed=16, scale=0.5)
+    q, k, v = qkv(N=19, Dv=5, seed=16, scale=0.5, D=8)
     w = orthogonal_gaussian(12, 8, generator=gen(17), dtype=torch.float64)
     ref = favor_attention(q, k, v, w, kernel=kernel, causal=True, chunk_size=5)
     state, outs = None, []
@@ -216,7 +202,7 @@ def test_recurrent_step_equals_chunked(kernel):
 
 
 def test_causal_last_row_equals_non_causal():
-    q, k, v = qkv(N=10, seed=18)
+    q, k, v = qkv(N=10, seed=18, D=8)
     w = orthogonal_gaussian(16, 8, generator=gen(19), dtype=torch.float64)
     c = favor_attention(q, k, v, w, causal=True, chunk_size=3)
     n = favor_attention(q, k, v, w)
@@ -260,7 +246,7 @@ def test_causal_favor_has_no_future_leakage():
 
 def test_causal_outputs_ignore_future_values_exactly():
     """Perturbing the future changes nothing of the past, bit for bit (the key stabiliser is data-free)."""
-    q, k, v = qkv(B=1, H=2, N=20, seed=23)
+    q, k, v = qkv(B=1, H=2, N=20, seed=23, D=8)
     w = orthogonal_gaussian(16, 8, generator=gen(24), dtype=torch.float64)
     ref = favor_attention(q, k, v, w, causal=True, chunk_size=8)
     k2, v2 = k.clone(), v.clone()
@@ -272,7 +258,7 @@ def test_causal_outputs_ignore_future_values_exactly():
 
 @pytest.mark.parametrize("causal", [False, True])
 def test_padded_keys_have_no_influence(causal):
-    q, k, v = qkv(N=12, seed=25)
+    q, k, v = qkv(N=12, seed=25, D=8)
     w = orthogonal_gaussian(16, 8, generator=gen(26), dtype=torch.float64)
     mask = torch.ones(2, 12, dtype=torch.bool)
     mask[0, 8:] = False
@@ -292,7 +278,7 @@ def test_padded_keys_have_no_influence(causal):
 
 
 def test_fully_masked_rows_are_zero_not_nan():
-    q, k, v = qkv(N=6, seed=27)
+    q, k, v = qkv(N=6, seed=27, D=8)
     w = orthogonal_gaussian(8, 8, generator=gen(28), dtype=torch.float64)
     mask = torch.ones(2, 6, dtype=torch.bool)
     mask[0] = False
