@@ -9,48 +9,74 @@ import torch
 
 
 def positive_random_features(x, projection):
-    """Task 4.1: Lemma 1's positive random features φ(x) = exp(Wx − |x|²/2) / √m.
+    """Task 4.1: Lemma 1's positive random features (notebook 04, section 1.1).
 
-    x: (..., N, D), projection W: (m, D)  ->  (..., N, m)
-    With rows w_i ~ N(0, I_D), φ(x)·φ(y) is an unbiased estimate of exp(xᵀy). No D^(-1/4) scaling here
-    and no stabilisation: the plain formula. Hint: `x @ projection.T` and `(x * x).sum(-1, keepdim=True)`.
+    x: (..., N, D), projection W: (m, D) with rows w_i ~ N(0, I_D)  ->  (..., N, m)
+    With these features φ(x)·φ(y) must be an unbiased estimate of exp(xᵀy). No D^(-1/4) scaling here and
+    no stabilisation: the plain estimator.
+
+    Hints, one tier at a time:
+      1. Complete the square: E_w[exp(wᵀs)] = exp(|s|²/2). Which factor, depending on x alone, turns
+         E[exp(wᵀx) exp(wᵀy)] into exp(xᵀy)? And what makes an average of m terms out of a dot product?
+      2. Plan: one matrix product gives all wᵢᵀx at once, shape (..., N, m); a per-row correction of shape
+         (..., N, 1) broadcasts over the m features; exponentiate; divide by a constant.
+      3. φ(x)_i = exp(wᵢᵀx − |x|²/2) / √m, i.e. `x @ projection.T` and `(x * x).sum(-1, keepdim=True)`.
     """
     raise NotImplementedError("Task 4.1")
 
 
 def orthogonal_projection(nb_features, dim, generator):
-    """Task 4.2: a block-orthogonal Gaussian projection (m, D), as in the paper's Theorem 3.
+    """Task 4.2: a block-orthogonal Gaussian projection (m, D), as in the paper's Theorem 3 (notebook 04, section 3).
 
-    Stack ceil(m / D) independent blocks; each block is D orthonormal rows: the Q of
-    `torch.linalg.qr(torch.randn(D, D, generator=generator, dtype=torch.float64))` (transposed; multiply
-    Q's columns by sign(diag(R)) to make it uniformly distributed). Keep the first m rows, then give
-    every row an independent length drawn from chi(D): the norm of a fresh
-    `torch.randn(D, generator=generator, dtype=torch.float64)`. Return float64.
-    Each row is then marginally N(0, I_D) (so estimates stay unbiased) while rows of a block are orthogonal.
+    Rows within a block of D rows are orthogonal, yet every row must still be marginally N(0, I_D) (so the
+    estimator stays unbiased). Return float64. The grader compares with a reference drawn from the same
+    `generator`, so draw in the order of hint 3.
+
+    Hints, one tier at a time:
+      1. An N(0, I_D) vector is a uniformly random direction times an independent length. A QR factorisation
+         of a Gaussian matrix gives you orthonormal directions; where do the lengths come from?
+      2. Plan: ceil(m / D) blocks, each a (D, D) matrix of orthonormal rows; stack them to (ceil(m/D)·D, D)
+         and keep the first m rows; then scale row i by its own length; shape (m, D).
+      3. For each block in turn: q, r = torch.linalg.qr(torch.randn(D, D, generator=generator,
+         dtype=torch.float64)); the block is (q * sign(diag(r))).T (the sign correction makes it uniformly
+         distributed). After all blocks, for each of the m rows in turn, its length is the norm of a fresh
+         torch.randn(D, generator=generator, dtype=torch.float64) (a chi(D) draw).
     """
     raise NotImplementedError("Task 4.2")
 
 
 def favor_noncausal(q, k, v, projection):
-    """Task 4.3: non-causal FAVOR+ attention, approximating softmax(q kᵀ/√D) v in O(N·m·D).
+    """Task 4.3: non-causal FAVOR+ attention, approximating softmax(q kᵀ/√D) v in O(N·m·D) (notebook 04,
+    sections 1.2 and 5).
 
     q: (B, H, N, D), k: (B, H, M, D), v: (B, H, M, Dv), projection: (m, D)  ->  (B, H, N, Dv)
-    1. scale q and k by D^(-1/4) (then φ(q')·φ(k') estimates exp(qᵀk/√D));
-    2. positive features, stabilised: subtract from each *query row's* exponents its max over features,
-       and from all *key* exponents one max over every key and feature (both cancel in the ratio;
-       detach them). Inputs with |x| up to 20 must not overflow float32;
-    3. out = φ(Q) (φ(K)ᵀ V) / φ(Q) (φ(K)ᵀ 1): never form the (N, M) matrix.
+    Inputs with entries up to |x| = 20 must give finite outputs in float32. Never form the (N, M) matrix.
+
+    Hints, one tier at a time:
+      1. Start from the notebook's `favor_minimal`. It returns nan for large inputs because exp over- or
+         underflows. Which factors can you divide out of the features without changing the ratio?
+      2. Plan: exponents (before exp) of shape (B, H, N, m) for queries and (B, H, M, m) for keys; subtract
+         a (B, H, N, 1) shift from the queries and a (B, H, 1, 1) shift from the keys; exponentiate; then
+         φ(K)ᵀ V is (B, H, m, Dv), φ(K)ᵀ 1 is (B, H, m), and one division gives (B, H, N, Dv).
+      3. q' = q·D^(-1/4), k' = k·D^(-1/4); exponents e = x' Wᵀ − |x'|²/2; subtract from each query row its max
+         over features, and from all key exponents one max over every key and feature (detach both: they
+         cancel); out = φ(Q) (φ(K)ᵀ V) / φ(Q) (φ(K)ᵀ 1).
     """
     raise NotImplementedError("Task 4.3")
 
 
 def causal_linear_attention(phi_q, phi_k, v):
-    """Task 4.4: causal linear attention from given (positive) features, by prefix sums.
+    """Task 4.4: causal linear attention from given (positive) features, by prefix sums (notebook 04, section 6).
 
     phi_q: (B, H, N, m), phi_k: (B, H, N, m), v: (B, H, N, Dv)  ->  (B, H, N, Dv)
-    out_i = φ(q_i)ᵀ S_i / φ(q_i)ᵀ z_i, with the prefix sums S_i = Σ_{j≤i} φ(k_j) v_jᵀ (m × Dv)
-    and z_i = Σ_{j≤i} φ(k_j) (m).
-    A loop over positions with a running (m × Dv) state is the simplest correct answer (that is the RNN
-    view of "Transformers are RNNs", arXiv 2006.16236); output i must not depend on positions j > i.
+    Output i may use only positions j ≤ i (the grader checks for future leakage).
+
+    Hints, one tier at a time:
+      1. Non-causal linear attention keeps one summary of all keys and values. What changes if query i may
+         only see keys up to i? Think of an RNN: what state would you carry from position to position?
+      2. Plan: a running state S of shape (B, H, m, Dv) and z of shape (B, H, m), both zero at the start;
+         for each position i add key i's contribution, then read out row i; stack the N rows on dim 2.
+         A loop over positions is the simplest correct answer ("Transformers are RNNs", arXiv 2006.16236).
+      3. S_i = Σ_{j≤i} φ(k_j) v_jᵀ, z_i = Σ_{j≤i} φ(k_j), out_i = φ(q_i)ᵀ S_i / φ(q_i)ᵀ z_i.
     """
     raise NotImplementedError("Task 4.4")
