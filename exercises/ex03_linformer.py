@@ -14,7 +14,13 @@ def project_sequence(x, E, mask=None):
     x: (B, H, M, D), E: (k, seq_len) or (H, k, seq_len), mask: (B, M) bool or None  ->  (B, H, k, D)
     Use only the first M columns of E (shorter sequences). Padded positions (mask False) must contribute nothing,
     even if x holds NaN there: zero them with `masked_fill` *before* projecting (a product with 0 keeps NaN).
-    Hint: `E[..., :M] @ x` broadcasts a (k, M) or an (H, k, M) matrix over (B, H, M, D).
+    Hints, one tier at a time (notebook 03, section 2, steps 1-2):
+      1. Slot j is a weighted sum over the *positions* of x, so E multiplies x from the left, along the M axis.
+         What should a padded position contribute to that sum, and what does 0 * NaN give?
+      2. Plan: keep E's first M columns, (k, M) or (H, k, M); turn mask (B, M) into (B, 1, M, 1) so it
+         broadcasts over heads and features; zero x there; one matrix product gives (B, H, k, D).
+      3. `x = x.masked_fill(~mask[:, None, :, None], 0.0)` when mask is not None, then `E[..., :M] @ x`
+         (a (k, M) or an (H, k, M) matrix broadcasts over (B, H, M, D)).
     """
     raise NotImplementedError("Task 3.1")
 
@@ -26,6 +32,15 @@ def linformer_forward(q, k, v, E, F, mask=None):
     Project k with E and v with F (your project_sequence, with the mask), then exact attention over the k slots.
     Raise ValueError if M exceeds the number of columns of E (Linformer has a fixed maximum length).
     You may assume dense E, F (every slot receives some real position).
+
+    Hints, one tier at a time (notebook 03, section 2, `my_linformer`):
+      1. After the projection this is ordinary exact attention, with k projected keys and values in place of
+         the M keys and values. Which function that you may call already does exact attention?
+      2. Plan: check M against E.shape[-1] first; k_proj = project(k, E), v_proj = project(v, F), both
+         (B, H, k, D); scores q k_projᵀ / √D are (B, H, N, k); softmax over the last axis; times v_proj gives
+         (B, H, N, Dv). No mask is needed after the projection: padding is already out of every slot.
+      3. `softmax_attention(q, project_sequence(k, E, mask), project_sequence(v, F, mask))`, after
+         `if k.shape[2] > E.shape[-1]: raise ValueError(...)`.
     """
     raise NotImplementedError("Task 3.2")
 
@@ -36,6 +51,13 @@ def projection_matrix_count(sharing, layers, heads):
     sharing: "none" (E_i, F_i per head), "headwise" (one E, one F per layer), "kv" (E = F per layer),
     "layerwise" (a single E for the whole model). Paper sec. 4: a 12-layer 12-head model stores 24 / 12 / 1
     matrices for headwise / kv / layerwise. Raise ValueError for any other `sharing`.
+
+    Hints, one tier at a time (notebook 03, section 6):
+      1. Count per layer first (how many matrices does one layer keep in each mode?), then decide which modes
+         multiply by the number of layers.
+      2. Plan: "none" keeps an E and an F per head; "headwise" one E and one F per layer; "kv" one matrix per
+         layer; "layerwise" one matrix in all. A dict from mode to count, after a membership check.
+      3. none: 2·layers·heads, headwise: 2·layers, kv: layers, layerwise: 1.
     """
     raise NotImplementedError("Task 3.3")
 
@@ -45,5 +67,11 @@ def fan_in_init(k, n, generator, dtype=torch.float64):
 
     Slot j of E K sums n keys, Var[(E K)_j] = n · Var[E_ji] · Var[K]; choose Var[E_ji] so the ratio is 1.
     Draw from `generator` (torch.randn(..., generator=generator)).
+
+    Hints, one tier at a time (notebook 03, section 5):
+      1. Var[(E K)_j] / Var[K] = n · Var[E_ji]. Which variance makes this 1, and how do you scale a standard
+         normal to have it?
+      2. Plan: one (k, n) standard-normal draw from the generator, in the requested dtype, times a scalar.
+      3. `torch.randn(k, n, generator=generator, dtype=dtype) / math.sqrt(n)` (or `* n ** -0.5`).
     """
     raise NotImplementedError("Task 3.4")
