@@ -1,77 +1,194 @@
-"""Grade the exercises: run tests/exercises against exercises/ (or solutions/) and print a per-task table.
+"""Grade exercises without trusting them: per-task table for a learner, gradebook CSV for a teacher.
 
-    python -m minilin grade                 # every chapter, your exercises/
-    python -m minilin grade --chapter 4     # one chapter
-    python -m minilin grade --impl solutions
+    python -m minilin grade                        # your exercises/, every chapter
+    python -m minilin grade --chapter 4            # one chapter
+    python -m minilin grade --task 4.3             # one task
+    python -m minilin grade --submissions submissions/ --out gradebook.csv --feedback feedback/
+    python -m minilin release ../minilin-students  # a student copy of the course (no solutions)
 
-A task passes when every test marked with it passes. Needs the course checkout (tests/ beside minilin/).
+Your code runs in a separate process (inside bwrap where available) with a time limit per chapter and a memory
+cap; the grader builds the inputs, computes the expected results from minilin, and compares. A task passes
+when every one of its checks does. Exit code: 0 when every graded task passes, 1 otherwise, 2 for a usage
+error. The machinery lives in minilin/grading/.
 """
 import argparse
-import re
-from collections import defaultdict
+import os
+import sys
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
-import pytest
+from minilin.cli import Parser, UsageError, positive_float, positive_int
 
 ROOT = Path(__file__).resolve().parent.parent
-TASK = re.compile(r"^task(\d)_(\d)$")
 
 
-class TaskCollector:
-    """A pytest plugin that records each test's outcome under its task marker(s)."""
+def build_parser():
+    from minilin.grading.course import CHAPTERS, WITHOUT_EXERCISES, allowed_helpers_text
+    from minilin.grading.sandbox import MODES
+    epilog = (f"Exercises exist for chapters {', '.join(map(str, CHAPTERS))}; chapters "
+              f"{', '.join(map(str, WITHOUT_EXERCISES))} have none.\n"
+              "A task fails if its function calls minilin's own implementation (the reference it is graded "
+              "against).\n" + allowed_helpers_text() +
+              "\nTeacher's gradebook: one row per (student, task), columns student,task,points,max_points,status,"
+              "message;\nstatus is pass, fail, error, timeout, crash or missing. A rubric (TOML) weights tasks:\n"
+              "  default = 1\n  [points]\n  \"4\" = 2      # every task of chapter 4\n  \"4.3\" = 3    # one task")
+    p = Parser(prog="python -m minilin grade", description=__doc__, epilog=epilog,
+               formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--chapter", type=int, action="append", default=[], metavar="N",
+                   help="grade only chapter N's tasks (repeatable)")
+    p.add_argument("--task", action="append", default=[], metavar="N.M",
+                   help="grade only task N.M, e.g. 1.4 (repeatable; adds to --chapter)")
+    p.add_argument("--timeout", type=positive_float, default=60.0, metavar="S",
+                   help="seconds each chapter may take, importing your file included (default 60)")
+    p.add_argument("--memory", type=positive_float, default=4.0, metavar="GIB",
+                   help="memory cap of the process running the code, in GiB (default 4)")
+    p.add_argument("--sandbox", choices=MODES, default="auto",
+                   help="auto: bwrap where it works, else a plain process (default); bwrap: require it; none")
+    p.add_argument("--impl", choices=("exercises", "solutions"), default=None,
+                   help="which folder of the course to grade (default exercises: your work; solutions: the "
+                        "course's own check)")
+    p.add_argument("--hidden-tests", metavar="DIR", help="a teacher's extra checks (*.py using "
+                   "minilin.grading.checks.hidden_check), added to the course's")
+    t = p.add_argument_group("grading a class")
+    t.add_argument("--submissions", metavar="DIR", help="one folder per student, each with exNN_*.py files")
+    t.add_argument("--out", metavar="CSV", help="the gradebook to write (required with --submissions)")
+    t.add_argument("--feedback", metavar="DIR", help="write one Markdown file per student here")
+    t.add_argument("--rubric", metavar="TOML", help="points per task (default 1 each)")
+    t.add_argument("--jobs", type=positive_int, default=None, metavar="J",
+                   help=f"students graded in parallel (default: the number of CPUs, {os.cpu_count()})")
+    return p
 
-    def __init__(self):
-        self.results = defaultdict(list)  # "1.2" -> [(nodeid, outcome)]
-        self.tasks_of = {}
 
-    def pytest_collection_modifyitems(self, items):
-        for item in items:
-            self.tasks_of[item.nodeid] = [f"{m[1]}.{m[2]}" for mk in item.iter_markers()
-                                          if (m := TASK.match(mk.name))]
-
-    def pytest_runtest_logreport(self, report):
-        if report.when == "call" or (report.when == "setup" and not report.passed):
-            outcome = "passed" if report.passed else ("skipped" if report.skipped else "failed")
-            for task in self.tasks_of.get(report.nodeid, []):
-                self.results[task].append((report.nodeid, outcome))
+def course_folder(name):
+    """exercises/ or solutions/ of the course: next to the minilin package, else in the current folder."""
+    for base in (ROOT, Path.cwd()):
+        if (base / name).is_dir():
+            return base / name
+    if name == "solutions":
+        raise UsageError("no solutions/ folder: a student copy of the course has none; grade your exercises/ "
+                         "(drop --impl)")
+    raise UsageError(f"no {name}/ folder next to minilin or here: run from the course folder")
 
 
-def task_table(results):
-    """Rows (task, passed tests, total tests, status) sorted by task, and the score in percent."""
-    rows = []
-    for task in sorted(results, key=lambda t: tuple(int(p) for p in t.split("."))):
-        outcomes = [o for _, o in results[task]]
-        passed = outcomes.count("passed")
-        rows.append((task, passed, len(outcomes), "PASS" if passed == len(outcomes) else "todo"))
-    done = sum(r[3] == "PASS" for r in rows)
-    return rows, (100.0 * done / len(rows) if rows else 0.0)
+def check_teacher_args(args):
+    """Every path checked before any grading starts."""
+    if args.submissions is None:
+        for name in ("out", "feedback", "rubric", "jobs"):
+            if getattr(args, name) is not None:
+                raise UsageError(f"--{name} is for grading a class: add --submissions DIR")
+        return
+    if args.impl is not None:
+        raise UsageError("--impl grades the course's own folders; drop it when grading --submissions")
+    root = Path(args.submissions)
+    if not root.is_dir():
+        raise UsageError(f"--submissions {root}: no such folder")
+    if not student_folders(root):
+        raise UsageError(f"--submissions {root}: no student folders inside (expected DIR/<student>/exNN_*.py)")
+    if args.out is None:
+        raise UsageError("--submissions needs --out gradebook.csv")
+    out = Path(args.out)
+    if out.is_dir() or not out.resolve().parent.is_dir():
+        raise UsageError(f"--out {out}: give a file name in an existing folder")
+    if args.feedback is not None:
+        feedback = Path(args.feedback)
+        if feedback.exists() and not feedback.is_dir() or not feedback.resolve().parent.is_dir():
+            raise UsageError(f"--feedback {feedback}: give a folder (its parent must exist)")
+
+
+def student_folders(root):
+    return sorted(p for p in Path(root).iterdir() if p.is_dir() and not p.name.startswith((".", "_")))
+
+
+def submission_files(folder):
+    """A student's exNN_*.py files: in the folder itself, or in its exercises/ (a clone of the course)."""
+    if not list(folder.glob("ex[0-9][0-9]_*.py")) and (folder / "exercises").is_dir():
+        return folder / "exercises"
+    return folder
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m minilin grade", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--chapter", type=int, default=None, help="grade only this chapter's tasks (1-9)")
-    parser.add_argument("--impl", choices=("exercises", "solutions"), default="exercises",
-                        help="which folder to grade (default: exercises, your work)")
-    parser.add_argument("-v", "--verbose", action="store_true", help="show pytest's own output")
-    args = parser.parse_args(argv)
-    tests = ROOT / "tests" / "exercises"
-    if not tests.is_dir():
-        parser.error(f"no tests/exercises folder next to the minilin package; run from the course checkout")
-    pytest_args = [str(tests), f"--impl={args.impl}", "-p", "no:cacheprovider", "--rootdir", str(ROOT),
-                   "-c", str(ROOT / "pyproject.toml")]
-    if args.chapter is not None:
-        pytest_args += ["-m", " or ".join(f"task{args.chapter}_{t}" for t in range(1, 10))]
-    pytest_args += ["-v"] if args.verbose else ["-p", "no:terminal"]
-    collector = TaskCollector()
-    pytest.main(pytest_args, plugins=[collector])
-    rows, score = task_table(collector.results)
-    if not rows:
-        print("no exercise tests were collected")
-        return 1
-    print(f"{'task':<6}{'tests passed':>14}  status")
-    for task, passed, total, status in rows:
-        print(f"{task:<6}{f'{passed}/{total}':>14}  {status}")
-    done = sum(r[3] == "PASS" for r in rows)
-    print(f"score: {done}/{len(rows)} tasks ({score:.0f}%) [{args.impl}]")
+    args = build_parser().parse_args(argv)
+    if os.name == "nt":
+        raise UsageError("the grader needs Linux or macOS (on Windows, use WSL)")
+    from minilin.grading import report, runner, sandbox
+    from minilin.grading.course import load_hidden, select
+    tasks = select(args.chapter, args.task)
+    check_teacher_args(args)
+    folder = course_folder(args.impl or "exercises") if args.submissions is None else None
+    points = report.load_rubric(args.rubric) if args.rubric else None
+    hidden = load_hidden(args.hidden_tests) if args.hidden_tests else {}
+    mode, note = sandbox.choose(args.sandbox)
+    if mode is None:
+        raise UsageError(f"--sandbox bwrap: {note}")
+    hide = [p for p in (ROOT / "solutions", args.submissions, args.hidden_tests) if p]
+    limits = runner.Limits(timeout=args.timeout, memory=int(args.memory * 2**30))
+    print(f"{note}; {args.timeout:g} s per chapter, {args.memory:g} GiB", flush=True)
+    with runner.Session(tasks, limits=limits, mode=mode, hidden=hidden, hide=hide) as session:
+        if args.submissions is None:
+            return grade_one(session, folder, args, report)
+        return grade_class(session, args, points or report.default_points(), note, report)
+
+
+def grade_one(session, folder, args, report):
+    from minilin.grading.course import CHAPTERS, WITHOUT_EXERCISES
+    results = session.grade(folder)
+    chapters = sorted({int(t.split(".")[0]) for t in results})
+    print(f"grading {folder.name}/ ({', '.join(CHAPTERS[c].file for c in chapters)})")
+    print("\n".join(report.task_table(results)))
+    if details := report.failure_details(results):
+        print("\n".join(details))
+    if not args.chapter and not args.task:
+        print(f"\nchapters {', '.join(map(str, WITHOUT_EXERCISES))} have no exercises")
+    print("\n" + report.score_line(results, folder.name))
+    return 0 if all(r.status == "pass" for r in results.values()) else 1
+
+
+def grade_class(session, args, points, note, report):
+    from tqdm.auto import tqdm
+
+    from minilin.grading.runner import Result
+    students = student_folders(args.submissions)
+    graded = {}
+    disable = True if os.environ.get("TQDM_DISABLE") else None  # None: no bar when stderr is not a terminal
+    with ThreadPoolExecutor(max_workers=args.jobs or os.cpu_count() or 1) as pool, \
+            tqdm(total=len(students), desc="grading", unit="student", disable=disable, file=sys.stderr) as bar:
+        futures = {pool.submit(session.grade, submission_files(s)): s.name for s in students}
+        try:
+            for future in as_completed(futures):
+                graded[futures[future]] = student_results(future, futures[future], session, Result)
+                bar.update(1)
+        except KeyboardInterrupt:
+            pool.shutdown(wait=False, cancel_futures=True)  # students already started finish (their limits hold)
+            raise
+    graded = {name: graded[name] for name in sorted(graded)}
+    count = report.write_gradebook(args.out, graded, points)
+    if args.feedback:
+        Path(args.feedback).mkdir(exist_ok=True)
+        for name, results in graded.items():
+            (Path(args.feedback) / f"{name}.md").write_text(report.feedback_markdown(name, results, points, note),
+                                                             encoding="utf-8")
+    width = max(len(n) for n in graded)
+    for name, results in graded.items():
+        print(report.summary_line(name, results, points, width))
+    print(f"gradebook: {args.out} ({count} rows, {len(graded)} students)"
+          + (f"; feedback: {args.feedback}/<student>.md" if args.feedback else ""))
     return 0
+
+
+def student_results(future, name, session, Result):
+    try:
+        return future.result()
+    except Exception as err:  # a grader bug on one odd submission must not lose the whole class
+        print(f"warning: grading {name} failed: {type(err).__name__}: {err}", file=sys.stderr)
+        return {t.id: Result(t.id, "crash", f"the grader failed on this submission: {type(err).__name__}: {err}")
+                for t in session.tasks}
+
+
+def build_release_parser():
+    from minilin.grading.release import build_parser as build
+    return build()
+
+
+def release_main(argv=None):
+    from minilin.grading.release import main as release
+    return release(argv)

@@ -1,20 +1,22 @@
 """Plots and tables drawn from a `minilin.bench` CSV: log-log curves, growth exponents, Table-3-style ratios.
 
-Every function takes the tidy DataFrame of `minilin.bench.load_csv` (one row per method × n × metric).
+Every function takes the tidy DataFrame of `minilin.bench.results.load_csv` (one row per method × n × metric);
+this module reads the results and never runs the benchmark (`python -m minilin bench` calls it).
 Reference: the Linformer paper's Table 3 ("Linformer: Self-Attention with Linear Complexity", Wang et al.
 2020, arXiv 2006.04768): time and memory saved vs the Transformer, inference of the whole model on a 16 GB
 V100. Our ratios are for the attention function alone, so they are the part of those savings that attention
-can give; the shape (savings growing with n, larger for smaller k) is what should match.
+can give; the shape (savings growing with n, larger for a smaller projected length) is what should match.
 """
 import math
-import re
 
 import matplotlib.pyplot as plt
 import seaborn as sns
 
-from minilin.bench import DEFAULT_METHODS, MODEL_METRICS, growth_exponent, series
+from minilin.bench.results import MODEL_METRICS, growth_exponent, series
+from minilin.variants import ATTENTIONS, parse_method
 
-# Linformer paper, Table 3: {n: {k: (time saved, memory saved)}}, both "x times" the Transformer.
+# Linformer paper, Table 3: {n: {proj_len: (time saved, memory saved)}}, both "x times" the Transformer
+# (the paper calls the projected length k).
 TABLE3_PAPER = {
     512: {128: (1.5, 1.7), 256: (1.3, 1.5)},
     1024: {128: (1.7, 3.0), 256: (1.6, 2.9), 512: (1.3, 1.8)},
@@ -40,36 +42,51 @@ METRIC_LABELS = {
 }
 
 
+def _parsed(name):
+    """The registry's Method for a CSV method name; None for a name it does not know (a test's fake method)."""
+    try:
+        return parse_method(name)
+    except ValueError:
+        return None
+
+
+def method_order(name):
+    """Sort key: the registry's variant order, ours before the peer's, non-causal first, then by size."""
+    m = _parsed(name)
+    if m is None:
+        return (len(ATTENTIONS), False, False, 0, 0, name)
+    return (ATTENTIONS.index(m.variant), m.peer, m.causal, m.proj_len or 0, m.nb_features or 0, name)
+
+
 def _methods(df, methods=None):
     present = list(dict.fromkeys(df["method"]))
     if methods is not None:
         return [m for m in methods if m in present]
-    order = {m: i for i, m in enumerate(DEFAULT_METHODS)}
-    return sorted(present, key=lambda m: (order.get(m, len(order)), m))
+    return sorted(present, key=method_order)
 
 
 _FAMILY_COLORS = {  # (non-causal, causal) colour per family, so a method keeps its colour in every figure
-    "exact": ("#1f77b4", "#7fb2e5"), "sdpa": ("#ff7f0e", "#ffbb78"), "favor": ("#d62728", "#ff9896"),
-    "efficient": ("#9467bd", "#c5b0d5"), "peer-performer": ("#8c564b", "#c49c94"),
-    "peer-lat": ("#7f7f7f", "#c7c7c7"),
+    "exact": ("#1f77b4", "#7fb2e5"), "sdpa": ("#ff7f0e", "#ffbb78"), "performer": ("#d62728", "#ff9896"),
+    "linear": ("#e377c2", "#f7b6d2"), "efficient": ("#9467bd", "#c5b0d5"),
+    "peer-performer": ("#8c564b", "#c49c94"), "peer-efficient": ("#7f7f7f", "#c7c7c7"),
 }
-_LINFORMER_COLORS = ("#98df8a", "#2ca02c", "#176217", "#0b3d0b")  # light (small k) to dark (large k)
+_LINFORMER_COLORS = ("#98df8a", "#2ca02c", "#176217", "#0b3d0b")  # light (small proj_len) to dark (large)
 _PEER_LINFORMER_COLORS = ("#dbdb8d", "#bcbd22", "#8c8d16", "#5e5f0f")
 
 
 def palette(methods):
-    """A fixed colour per method: a hue per family, lighter for causal, shades of green by Linformer k."""
+    """A fixed colour per method: a hue per family, lighter for causal, shades of green by Linformer proj_len."""
+    parsed = {name: _parsed(name) for name in methods}
+    proj_lens = sorted({m.proj_len for m in parsed.values() if m is not None and m.proj_len})
     out = {}
-    ks = sorted({int(m.split("-k")[-1]) for m in methods if re.fullmatch(r"(peer-)?linformer-k\d+", m)})
-    for m in methods:
-        match = re.fullmatch(r"(peer-)?linformer-k(\d+)", m)
-        if match:
-            shades = _PEER_LINFORMER_COLORS if match.group(1) else _LINFORMER_COLORS
-            out[m] = shades[min(ks.index(int(match.group(2))), len(shades) - 1)]
+    for name, m in parsed.items():
+        if m is not None and m.proj_len:
+            shades = _PEER_LINFORMER_COLORS if m.peer else _LINFORMER_COLORS
+            out[name] = shades[min(proj_lens.index(m.proj_len), len(shades) - 1)]
             continue
-        family = m[:-len("-causal")] if m.endswith("-causal") else m
-        pair = _FAMILY_COLORS.get(family, ("#17becf", "#9edae5"))
-        out[m] = pair[1] if m.endswith("-causal") else pair[0]
+        causal = m.causal if m is not None else name.endswith("-causal")
+        family = ("peer-" if m.peer else "") + m.variant if m is not None else name.removesuffix("-causal")
+        out[name] = _FAMILY_COLORS.get(family, ("#17becf", "#9edae5"))[int(causal)]
     return out
 
 
@@ -136,14 +153,30 @@ def ratio_table(df, metric, *, baseline="exact", methods=None):
     return pd.DataFrame(table).sort_index()
 
 
+def peer_table(df, metric):
+    """DataFrame (n × method) of our metric / the peer library's, for each method measured next to its `peer-`
+    version (< 1: ours is faster or smaller)."""
+    import pandas as pd
+    present = set(df["method"])
+    table = {}
+    for ours in _methods(df):
+        peer = "peer-" + ours
+        if ours.startswith("peer-") or peer not in present:
+            continue
+        theirs = dict(zip(*series(df, peer, metric)))
+        table[ours] = {n: v / theirs[n] for n, v in zip(*series(df, ours, metric)) if theirs.get(n, 0) > 0}
+    return pd.DataFrame(table).sort_index()
+
+
 def _fmt(x):
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return "–"
     return f"{x:.2g}x" if x < 10 else f"{x:.0f}x"
 
 
-def table3(df, ks=(128, 256), *, baseline="exact", memory="model_peak_fwd_bytes", time="time_fwd", ns=None):
-    """Linformer Table 3 next to ours: for each k, paper 'time / memory' and ours (exact ÷ linformer-k<k>).
+def table3(df, proj_lens=(128, 256), *, baseline="exact", memory="model_peak_fwd_bytes", time="time_fwd",
+           ns=None):
+    """Linformer Table 3 next to ours: per proj_len, paper 'time / memory' and ours (exact ÷ linformer-k<proj_len>).
 
     memory: our metric for the memory column (default: the meta model's forward peak, since Table 3 is
     inference); time: our measured time (present only at the measured lengths). Cells are strings.
@@ -151,18 +184,18 @@ def table3(df, ks=(128, 256), *, baseline="exact", memory="model_peak_fwd_bytes"
     import pandas as pd
     ns = sorted(ns or set(df["n"]))
     cols = {}
-    for k in ks:
-        method = f"linformer-k{k}"
+    for proj_len in proj_lens:
+        method = f"linformer-k{proj_len}"
         mem = ratio_table(df, memory, baseline=baseline, methods=[method]).get(method, pd.Series(dtype=float))
         tim = ratio_table(df, time, baseline=baseline, methods=[method]).get(method, pd.Series(dtype=float))
-        paper = [TABLE3_PAPER.get(n, {}).get(k) for n in ns]
-        cols[f"k={k} paper time/mem"] = [f"{_fmt(p[0])} / {_fmt(p[1])}" if p else "–" for p in paper]
-        cols[f"k={k} ours time/mem"] = [f"{_fmt(tim.get(n))} / {_fmt(mem.get(n))}" for n in ns]
+        paper = [TABLE3_PAPER.get(n, {}).get(proj_len) for n in ns]
+        cols[f"proj_len={proj_len} paper time/mem"] = [f"{_fmt(p[0])} / {_fmt(p[1])}" if p else "–" for p in paper]
+        cols[f"proj_len={proj_len} ours time/mem"] = [f"{_fmt(tim.get(n))} / {_fmt(mem.get(n))}" for n in ns]
     return pd.DataFrame(cols, index=pd.Index(ns, name="n"))
 
 
 def summary(df):
-    """Plain-text digest of a CSV: device, failures, growth exponents, ratios to exact and to SDPA."""
+    """Plain-text digest of a CSV: device, failures, growth exponents, ratios to exact, to SDPA and to the peers."""
     lines = [f"minilin bench: {describe(df)}"]
     bad = df[(df["status"] != "ok")].drop_duplicates(["method", "n", "status"])
     for _, r in bad.iterrows():
@@ -177,12 +210,16 @@ def summary(df):
                 if not table.empty:
                     lines += ["", f"{base} {metric} / method {metric} (> 1: the method is faster), columns n:",
                               table.T.round(2).to_string()]
-    paper_ks = {k for row in TABLE3_PAPER.values() for k in row}
-    ks = sorted(k for k in (int(m.split("-k")[1]) for m in set(df["method"]) if m.startswith("linformer-k"))
-                if k in paper_ks)
-    if ks and "exact" in set(df["method"]):
+        table = peer_table(df, metric) if metric in set(df["metric"]) else None
+        if table is not None and not table.empty:
+            lines += ["", f"ours {metric} / the peer library's (< 1: ours is faster), columns n:",
+                      table.T.round(2).to_string()]
+    in_paper = {proj_len for row in TABLE3_PAPER.values() for proj_len in row}
+    ours = {m.proj_len for m in map(_parsed, set(df["method"])) if m is not None and m.proj_len and not m.peer}
+    proj_lens = sorted(ours & in_paper)
+    if proj_lens and "exact" in set(df["method"]):
         lines += ["", "Linformer Table 3 (paper: whole model, V100) vs ours (attention only):",
-                  table3(df, ks).to_string()]
+                  table3(df, proj_lens).to_string()]
     return "\n".join(lines)
 
 

@@ -5,6 +5,7 @@ import sys
 import tomllib
 from pathlib import Path
 
+import pytest
 import yaml  # PyYAML comes with JupyterLab (jupyter-events), part of the course extra
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -37,6 +38,7 @@ def test_environment_yml_lists_the_same_packages_as_pyproject():
         f"only in pyproject.toml: {sorted(pyproject_packages() - env)}")
 
 
+@pytest.mark.needs_solutions
 def test_grade_command_scores_solutions_and_stubs():
     def grade(impl):
         return subprocess.run([sys.executable, "-m", "minilin", "grade", "--chapter", "1", "--impl", impl],

@@ -7,18 +7,21 @@ import pytest
 
 matplotlib.use("Agg")
 
-from minilin import bench, plots  # noqa: E402
+from minilin import plots  # noqa: E402
+from minilin.bench import DEFAULT_METHODS, results  # noqa: E402
 
 
 def synthetic(tmp_path=None):
-    """exact: time n²·1e-9, memory n²; linformer-k128: time n·k·1e-9·4, memory 8·n·k; a failed exact case."""
+    """exact: time n²·1e-9, memory n²; linformer-k128: time 4·n·128·1e-9, memory 8·n·128; a failed exact case;
+    performer-causal and its peer: time 2·n·1e-6 and 8·n·1e-6 (ours 4x faster)."""
     rows = []
     common = {"device": "cpu", "device_name": "test", "dtype": "float32", "torch": "x", "threads": 2, "batch": 1,
               "heads": 8, "dim_head": 64, "nb_features": 256, "note": ""}
     for n in (1024, 4096, 8192, 65536):
-        for method, k, time_s, mem in (("exact", None, n * n * 1e-9, n * n),
-                                       ("linformer-k128", 128, 4 * n * 128 * 1e-9, 8 * n * 128),
-                                       ("favor-causal", None, 2 * n * 1e-6, 4000 * n)):
+        for method, proj_len, time_s, mem in (("exact", None, n * n * 1e-9, n * n),
+                                              ("linformer-k128", 128, 4 * n * 128 * 1e-9, 8 * n * 128),
+                                              ("performer-causal", None, 2 * n * 1e-6, 4000 * n),
+                                              ("peer-performer-causal", None, 8 * n * 1e-6, 16000 * n)):
             status = "oom" if (method == "exact" and n == 65536) else "ok"
             for metric, value, source in (("time_fwd", time_s, "measured"),
                                           ("model_peak_fwd_bytes", mem, "model")):
@@ -26,12 +29,12 @@ def synthetic(tmp_path=None):
                     continue
                 rows.append({**common, "method": method, "n": n, "metric": metric,
                              "value": value if (status == "ok" or source == "model") else math.nan,
-                             "unit": {**bench.MEASURED_METRICS, **bench.MODEL_METRICS}[metric],
+                             "unit": {**results.MEASURED_METRICS, **results.MODEL_METRICS}[metric],
                              "source": source, "status": "ok" if source == "model" else status,
-                             "k": k or "", "causal": method.endswith("causal")})
+                             "proj_len": proj_len or "", "causal": method.endswith("causal")})
     if tmp_path is None:
-        return bench.to_frame(rows)
-    return bench.load_csv(bench.write_csv(rows, tmp_path / "s.csv"))
+        return results.to_frame(rows)
+    return results.load_csv(results.write_csv(rows, tmp_path / "s.csv"))
 
 
 def test_table3_transcription_matches_the_paper():
@@ -54,19 +57,26 @@ def test_ratio_table(tmp_path):
     for n in (1024, 4096, 8192, 65536):
         assert mem.loc[n, "linformer-k128"] == pytest.approx(n / (8 * 128))
     tim = plots.ratio_table(df, "time_fwd")
-    assert set(tim.columns) == {"linformer-k128", "favor-causal"}
+    assert set(tim.columns) == {"linformer-k128", "performer-causal", "peer-performer-causal"}
     assert tim.loc[4096, "linformer-k128"] == pytest.approx(4096 / 512)
     assert 65536 not in tim.index  # exact ran out of memory there: no ratio, not a fake one
 
 
 def test_table3_side_by_side(tmp_path):
     df = synthetic(tmp_path)
-    table = plots.table3(df, ks=(128,))
-    assert list(table.columns) == ["k=128 paper time/mem", "k=128 ours time/mem"]
-    assert table.loc[4096, "k=128 paper time/mem"] == "3.4x / 14x"
-    assert table.loc[4096, "k=128 ours time/mem"] == "8x / 4x"  # 4096/512 time, 4096/1024 memory
-    assert table.loc[65536, "k=128 ours time/mem"] == "– / 64x"
-    assert table.loc[1024, "k=128 ours time/mem"] == "2x / 1x"
+    table = plots.table3(df, proj_lens=(128,))
+    assert list(table.columns) == ["proj_len=128 paper time/mem", "proj_len=128 ours time/mem"]
+    assert table.loc[4096, "proj_len=128 paper time/mem"] == "3.4x / 14x"
+    assert table.loc[4096, "proj_len=128 ours time/mem"] == "8x / 4x"  # 4096/512 time, 4096/1024 memory
+    assert table.loc[65536, "proj_len=128 ours time/mem"] == "– / 64x"
+    assert table.loc[1024, "proj_len=128 ours time/mem"] == "2x / 1x"
+
+
+def test_peer_table(tmp_path):
+    df = synthetic(tmp_path)
+    table = plots.peer_table(df, "time_fwd")
+    assert list(table.columns) == ["performer-causal"]  # the only method measured next to its peer-
+    assert table["performer-causal"].to_dict() == pytest.approx({1024: 0.25, 4096: 0.25, 8192: 0.25})
 
 
 def test_growth_table(tmp_path):
@@ -75,13 +85,15 @@ def test_growth_table(tmp_path):
     assert g.loc["exact", "model_peak_fwd_bytes"] == pytest.approx(2.0)
     assert g.loc["linformer-k128", "model_peak_fwd_bytes"] == pytest.approx(1.0)
     assert g.loc["exact", "time_fwd"] == pytest.approx(2.0)  # fitted on the ok rows only
-    assert list(g.index) == ["exact", "linformer-k128", "favor-causal"]  # DEFAULT_METHODS order
+    # the registry's order (minilin.variants.ATTENTIONS), ours before the peer's
+    assert list(g.index) == ["exact", "linformer-k128", "performer-causal", "peer-performer-causal"]
 
 
 def test_palette_is_stable_and_distinct():
-    colors = plots.palette(list(bench.DEFAULT_METHODS))
-    assert len(set(colors.values())) == len(bench.DEFAULT_METHODS)
-    assert plots.palette(["favor"])["favor"] == colors["favor"]  # independent of what else is plotted
+    colors = plots.palette(list(DEFAULT_METHODS))
+    assert len(set(colors.values())) == len(DEFAULT_METHODS)
+    assert plots.palette(["performer"])["performer"] == colors["performer"]  # independent of what else is plotted
+    assert plots.palette(["boom"])["boom"]  # a name the registry does not know still gets a colour
 
 
 def test_plot_curves(tmp_path):
@@ -104,3 +116,4 @@ def test_summary_lists_failures_and_tables(tmp_path):
     assert text.splitlines()[0] == "minilin bench: cpu (test, 2 threads), float32, B=1 H=8 D=64 m=256"
     assert "exact n=65536: oom" in text
     assert "growth exponents" in text and "Linformer Table 3" in text
+    assert "ours time_fwd / the peer library's" in text

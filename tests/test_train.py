@@ -18,6 +18,7 @@ import torch
 
 from minilin.__main__ import main as minilin_main
 from minilin.checkpoint import CheckpointError, check_writable
+from minilin.cli import UsageError
 from minilin.data import AssociativeRecall, ByteCorpus, decode
 from minilin.device import resolve_device
 from minilin.model import LMConfig, TinyLM
@@ -454,3 +455,91 @@ def test_ddp_two_processes_agree(tmp_path):
     assert r0["loss"] == r1["loss"]  # the logged loss is the mean over ranks
     assert sum(r0["loss"][-3:]) / 3 < r0["loss"][0] - 0.5
     assert r0["val"] == r1["val"]
+
+
+# ---- recipes and the fair comparison ----------------------------------------------------------------------
+
+def test_recipes_cosine_is_the_default_and_plain_is_adamw_at_a_constant_rate():
+    from minilin.train.config import RECIPES
+    assert TrainConfig().with_recipe("cosine") == TrainConfig()  # the default config is the "cosine" recipe
+    plain = TrainConfig(lr=1e-2).with_recipe("plain")
+    adamw = torch.optim.AdamW([torch.zeros(1, requires_grad=True)]).defaults
+    assert (plain.weight_decay, (plain.beta1, plain.beta2)) == (adamw["weight_decay"], adamw["betas"])
+    assert plain.grad_clip == 0 and set(RECIPES) == {"cosine", "plain"}
+    assert {lr_at(s, lr=plain.lr, steps=50, warmup=plain.warmup, min_lr=plain.min_lr) for s in range(50)} == {1e-2}
+    assert TrainConfig().with_recipe("plain", lr=1e-3).min_lr == 1e-3  # constant at the rate asked for
+    with pytest.raises(ValueError, match="choose from cosine, plain"):
+        TrainConfig().with_recipe("adam")
+
+
+def test_recipe_on_the_command_line_and_explicit_options_override_it():
+    parse = lambda *a: config_from_args(build_parser().parse_args(list(a)))  # noqa: E731
+    assert parse("--recipe", "plain") == TrainConfig().with_recipe("plain")
+    assert parse("--recipe", "cosine") == TrainConfig()
+    c = parse("--recipe", "plain", "--lr", "1e-2", "--weight-decay", "0.2")
+    assert (c.lr, c.min_lr, c.warmup, c.weight_decay, c.grad_clip) == (1e-2, 1e-2, 0, 0.2, 0.0)
+
+
+def test_compare_sweeps_every_model_over_the_same_recipes_and_seeds(corpus):
+    from minilin.train.compare import compare, summarize
+    seen = []
+    rows = compare(["exact", "torch-encoder"], small(steps=3, eval_interval=3), recipes=["cosine", "plain"],
+                   lrs=[1e-3, 3e-3], seeds=[0, 1], data=corpus, on_row=seen.append)
+    assert len(rows) == 2 * 2 * 2 * 2 and seen == rows
+    keys = {(r["recipe"], r["lr"], r["seed"]) for r in rows}
+    assert {(r["model"], r["recipe"], r["lr"], r["seed"]) for r in rows} == {(m, *k) for m in ("exact", "torch-encoder")
+                                                                                for k in keys}
+    assert all(r["status"] == "ok" and math.isfinite(r["val_bits_per_byte"]) for r in rows)
+    # a seed fixes the batches: the same model, recipe and seed twice gives the same number
+    again = compare(["exact"], small(steps=3, eval_interval=3), recipes=["plain"], lrs=[3e-3], seeds=[1], data=corpus)
+    same = [r for r in rows if (r["model"], r["recipe"], r["lr"], r["seed"]) == ("exact", "plain", 3e-3, 1)]
+    assert again[0]["val_bits_per_byte"] == same[0]["val_bits_per_byte"]
+    summary = {s["model"]: s for s in summarize(rows)}
+    for name, s in summary.items():  # the best recipe is the lowest mean over its seeds
+        by_point = {}
+        for r in rows:
+            if r["model"] == name:
+                by_point.setdefault(f"{r['recipe']} lr={r['lr']:g}", []).append(r["val_bits_per_byte"])
+        assert s["recipe"] == min(by_point, key=lambda k: sum(by_point[k])) and s["n"] == 2
+        assert s["lo"] <= s["mean"] <= s["hi"]
+
+
+def test_summary_marks_overlapping_spreads_as_ties_and_never_picks_a_diverged_recipe():
+    from minilin.train.compare import summarize
+    def row(model, bits, recipe="plain", lr=1e-3, status="ok"):
+        return {"model": model, "recipe": recipe, "lr": lr, "val_bits_per_byte": bits, "params": 1,
+                "ms_per_step": 1.0, "status": status}
+    rows = [row("a", 2.00), row("a", 2.10), row("b", 2.05), row("b", 2.20), row("c", 2.30), row("c", 2.40),
+            row("a", 1.0), row("a", math.inf, lr=1e-2, status="diverged"), row("a", 1.5, lr=1e-2)]
+    s = {x["model"]: x for x in summarize(rows)}
+    assert s["a"]["recipe"] == "plain lr=0.001" and s["a"]["n"] == 3 and s["a"]["verdict"] == "best"
+    assert s["b"]["verdict"] == "tie" and s["c"]["verdict"] == "worse"
+    assert s["a"]["std"] == pytest.approx(torch.tensor([2.0, 2.1, 1.0]).std().item())
+
+
+def test_compare_csv_has_a_row_per_run_under_a_command_machine_date_header(tmp_path, capsys):
+    from minilin.train.compare import CSV_FIELDS, csv_rows
+    path = tmp_path / "sub" / "sweep.csv"
+    assert main([*TINY, "--compare", "exact,torch-encoder", "--quick", "--seeds", "2", "--csv", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "cosine lr=0.003" in out and "vs best" in out
+    lines = path.read_text().splitlines()
+    assert [line.split(":")[0] for line in lines[:4]] == ["# command", "# machine", "# date", "# sweep"]
+    assert "--compare exact,torch-encoder --quick" in lines[0] and lines[4] == ",".join(CSV_FIELDS)
+    rows = csv_rows(path)
+    assert [(r["model"], r["recipe"], r["seed"]) for r in rows] == [
+        ("exact", "cosine", 0), ("torch-encoder", "cosine", 0), ("exact", "cosine", 1), ("torch-encoder", "cosine", 1)]
+    assert all(r["val_bits_per_byte"] > 0 and r["ms_per_step"] > 0 and r["lr"] == 3e-3 for r in rows)
+    # the full sweep: both recipes at each rate of --lrs
+    assert main([*TINY, "--compare", "exact", "--lrs", "1e-3,2e-3", "--seeds", "1", "--csv", str(path)]) == 0
+    swept = {(r["recipe"], r["lr"]) for r in csv_rows(path)}
+    assert swept == {(a, b) for a in ("cosine", "plain") for b in (1e-3, 2e-3)}
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--csv", "x.csv"], "belong to --compare"), (["--quick"], "belong to --compare"),
+    (["--compare", "exact", "--quick", "--lrs", "1e-3"], "drop --lrs"),
+    (["--recipe", "adam"], "unknown recipe 'adam'"), (["--compare", "exact", "--seeds", "0"], "positive")])
+def test_compare_options_misused_are_one_line_errors(argv, needle):
+    with pytest.raises(UsageError, match=needle):
+        main([*TINY, *argv])

@@ -4,12 +4,22 @@
     python -m minilin sample --ckpt checkpoints/lm.pt --prompt "def "    # text from it
     python -m minilin train --resume checkpoints/lm.pt --steps 900       # continue, in the same file
     python -m minilin train --objective mlm --attention linformer --proj-len 32
-    python -m minilin train --compare torch-encoder,exact,performer      # the anchor benchmark (no checkpoints)
+    python -m minilin train --recipe plain                               # AdamW's defaults, constant lr
+    python -m minilin train --compare torch-encoder,exact,performer --csv results/lm.csv   # the fair benchmark
+    python -m minilin train --compare torch-encoder,sdpa --quick         # one recipe, 3 seeds
     torchrun --nproc_per_node=2 -m minilin train --steps 200             # DDP, one process per device
 
 A checkpoint goes to checkpoints/lm.pt in the current folder unless --out says otherwise (--no-save: none);
 a resumed run continues in the file it resumed from. Every value, path and checkpoint is checked before the
 first step; a bad one is one line on stderr naming the fix, exit code 2.
+
+Recipes (--recipe): "cosine" (the default: warm-up over steps/10, cosine to lr/10, weight decay 0.1, betas
+(0.9, 0.99), gradient clipping at 1) and "plain" (torch.optim.AdamW's defaults at a constant lr: weight decay
+0.01, betas (0.9, 0.999), no warm-up, no clipping); options given explicitly (--warmup, ...) override them.
+--compare trains every model under every recipe of --recipe (default: both) at every rate of --lrs (default
+1e-3,3e-3,1e-2) with --seeds seeds (default 3), and prints each model's best recipe with its spread over seeds;
+--quick keeps one recipe (the first of --recipe, default cosine) at --lr (default 3e-3), still --seeds seeds.
+--csv PATH writes one row per (model, recipe, lr, seed) as each run ends, under a command/machine/date header.
 """
 import argparse
 import json
@@ -23,8 +33,8 @@ from minilin.cli import Parser, UsageError, nonnegative_int, positive_float, pos
 from minilin.data import TASKS
 from minilin.device import DEVICE_HELP, distributed_env, resolve_device
 from minilin.model import ARCHS, ATTENTIONS, POSITIONS, LMConfig
-from minilin.train.compare import check_compare, compare, format_table
-from minilin.train.config import DEFAULT_OUT, TrainConfig
+from minilin.train.compare import SWEEP_LRS, CsvWriter, check_compare, compare, format_table
+from minilin.train.config import DEFAULT_OUT, DEFAULT_RECIPE, RECIPES, TrainConfig
 from minilin.train.loop import checkpoint_config, run_steps, start_run
 
 
@@ -41,6 +51,10 @@ def _name_list(valid, what):
 def _positive_ints(text):
     values = [positive_int(t) for t in text.split(",")]
     return values[0] if len(values) == 1 else values
+
+
+def _positive_floats(text):
+    return [positive_float(t) for t in text.split(",")]
 
 
 def build_parser():
@@ -75,6 +89,9 @@ def build_parser():
              "mask_prob": positive_float}
     for name, kind in kinds.items():
         t.add_argument("--" + name.replace("_", "-"), type=kind, help=f"default {defaults.get(name, getattr(d, name))}")
+    t.add_argument("--recipe", type=_name_list(tuple(RECIPES), "recipe"),
+                   help=f"training recipe: {', '.join(RECIPES)} (default {DEFAULT_RECIPE}; with --compare a comma "
+                        f"list to sweep, default all)")
     t.add_argument("--device", help=DEVICE_HELP)
     save = t.add_mutually_exclusive_group()
     save.add_argument("--out", help=f"checkpoint path, written atomically at the end and every --ckpt-interval steps "
@@ -87,6 +104,12 @@ def build_parser():
     t.add_argument("--compare", type=_name_list(tuple(a for a in ARCHS if a != "tinylm") + tuple(ATTENTIONS), "model"),
                    help="train several models with one budget and print a table, e.g. torch-encoder,exact,performer "
                         "(writes no checkpoints)")
+    c = p.add_argument_group("comparison (--compare)")
+    c.add_argument("--lrs", type=_positive_floats,
+                   help=f"learning rates to sweep (default {','.join(f'{x:g}' for x in SWEEP_LRS)})")
+    c.add_argument("--seeds", type=positive_int, help="seeds per recipe: --seed, --seed + 1, ... (default 3)")
+    c.add_argument("--quick", action="store_true", help="one recipe: the first of --recipe (default cosine) at --lr")
+    c.add_argument("--csv", help="write one row per (model, recipe, seed) to this CSV file")
     return p
 
 
@@ -106,7 +129,24 @@ def config_from_args(args, base=None):
         objective, task = args.objective or base.objective, (args.data or base.data) in TASKS
         if (objective == "mlm" and not task) or (task and "linformer" in model.layer_attention()):
             model = replace(model, causal=False)
-    return replace(base, model=model, **{k: getattr(args, k) for k in TRAIN_ARGS if getattr(args, k) is not None})
+    given = {k: getattr(args, k) for k in TRAIN_ARGS if getattr(args, k) is not None}
+    config = replace(base, model=model, **given)
+    recipe = getattr(args, "recipe", None)
+    if recipe is not None and not getattr(args, "compare", None):  # --compare sweeps the recipes itself
+        config = replace(config.with_recipe(recipe if isinstance(recipe, str) else recipe[0]), **given)
+    return config
+
+
+def sweep_from_args(args, config):
+    """(recipes, lrs, seeds) for --compare; explicit --warmup/--weight-decay/... stay fixed over the sweep."""
+    recipes = [args.recipe] if isinstance(args.recipe, str) else (args.recipe or list(RECIPES))
+    if args.quick:
+        return recipes[:1] if args.recipe else [DEFAULT_RECIPE], [config.lr], _seeds(args, config)
+    return recipes, args.lrs or list(SWEEP_LRS), _seeds(args, config)
+
+
+def _seeds(args, config):
+    return list(range(config.seed, config.seed + (3 if args.seeds is None else args.seeds)))
 
 
 def main(argv=None):
@@ -115,6 +155,10 @@ def main(argv=None):
     if args.compare and (args.out or args.resume or args.history):
         raise UsageError("--compare trains several models and writes no checkpoint or history: drop --out, "
                          "--resume and --history")
+    if not args.compare and (args.lrs or args.seeds or args.quick or args.csv):
+        raise UsageError("--lrs, --seeds, --quick and --csv belong to --compare: add --compare MODELS or drop them")
+    if args.quick and args.lrs:
+        raise UsageError("--quick trains at --lr only: drop --lrs, or drop --quick to sweep them")
     rank = distributed_env()[0]
     say = print if rank == 0 else None
     try:
@@ -126,6 +170,9 @@ def main(argv=None):
         if args.compare:
             names = [args.compare] if isinstance(args.compare, str) else args.compare
             data = check_compare(names, config)
+            recipes, lrs, seeds = sweep_from_args(args, config)
+            if args.csv and rank == 0:
+                check_writable(args.csv, option="--csv", what="the comparison table")
         else:
             config = replace(config, out=None if args.no_save else (args.out or args.resume or DEFAULT_OUT))
             if args.history and rank == 0:
@@ -134,9 +181,23 @@ def main(argv=None):
     except ValueError as err:  # every check above names the fix; CheckpointError is a ValueError
         raise UsageError(str(err)) from None
     if args.compare:
-        rows = compare(names, config, data=data, progress=not args.no_progress, log=say)
+        fixed = {k: getattr(config, k) for k in RECIPES[DEFAULT_RECIPE] if getattr(args, k, None) is not None}
+        writer = None
+        if args.csv and rank == 0:
+            import shlex
+            import sys
+            writer = CsvWriter(args.csv, command="python -m minilin train " + shlex.join((
+                sys.argv[2:] if argv is None else argv)), notes=[
+                f"sweep: recipes {','.join(recipes)} x lr {','.join(f'{x:g}' for x in lrs)} x seeds "
+                f"{','.join(map(str, seeds))}; {config.steps} steps, batch {config.batch_size}, "
+                f"L={config.model.block_size}, d={config.model.dim}, depth {config.model.depth}, "
+                f"heads {config.model.heads}, data {config.data}, objective {config.objective}"])
+        rows = compare(names, config, recipes=recipes, lrs=lrs, seeds=seeds, data=data, fixed=fixed,
+                       progress=not args.no_progress, log=say, on_row=writer)
         if say:
             say(format_table(rows))
+            if args.csv:
+                say(f"csv: {args.csv}")
             say(f"device {resolve_device(config.device)}, torch {torch.__version__}, "
                 f"{torch.get_num_threads()} threads")
         return 0

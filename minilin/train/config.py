@@ -1,6 +1,6 @@
 """The configuration and the record of a training run: TrainConfig (with its checks) and History."""
 import math
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
 import torch
@@ -37,6 +37,14 @@ class TrainConfig:
     out: str | None = None          # checkpoint path (written at the end and every ckpt_interval steps)
     ckpt_interval: int = 0          # 0 = only at the end
 
+    def with_recipe(self, name, lr=None):
+        """This config trained under the named recipe (RECIPES) at learning rate `lr` (default self.lr)."""
+        if name not in RECIPES:
+            raise ValueError(f"unknown recipe {name!r}: choose from {', '.join(RECIPES)} (command line: --recipe)")
+        lr = self.lr if lr is None else lr
+        values = {k: (lr if v == "lr" else v) for k, v in RECIPES[name].items()}
+        return replace(self, lr=lr, **values)
+
     def validate(self, check_data=True):
         """Raise ValueError for the first value no run can use, naming the field, the rule and the command-line
         option. check_data: also check that `data` is 'pydoc', a task or a non-empty file."""
@@ -61,6 +69,17 @@ class TrainConfig:
             if path.stat().st_size == 0:
                 raise ValueError(f"data file {path} is empty: pass a UTF-8 text file longer than a few blocks "
                                  f"(command line: --data)")
+
+
+# Training recipes. The learning rate is the config's own (--lr); a recipe sets everything else the optimizer
+# and schedule depend on. "cosine" is TrainConfig's default (minilin's home recipe); "plain" is the loop most
+# PyTorch code starts with: torch.optim.AdamW's defaults at a constant learning rate (weight decay 0.01,
+# applied to matrices only, as in every minilin run). compare() sweeps both over several learning rates.
+RECIPES = {
+    "cosine": {"warmup": None, "min_lr": None, "weight_decay": 0.1, "beta1": 0.9, "beta2": 0.99, "grad_clip": 1.0},
+    "plain": {"warmup": 0, "min_lr": "lr", "weight_decay": 0.01, "beta1": 0.9, "beta2": 0.999, "grad_clip": 0.0},
+}
+DEFAULT_RECIPE = "cosine"
 
 
 def _each(value):

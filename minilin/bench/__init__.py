@@ -1,0 +1,33 @@
+"""Time, memory and FLOP curves for every attention variant; `python -m minilin bench` is its command line.
+
+    methods   method names through minilin.variants (one registry), the tensor factory   get_method, Tensors
+    meters    saved bytes, live bytes, FLOPs (also on device="meta"), timers     saved_tensor_bytes, model_case
+    sweep     every method × length, interleaved medians, slow / out-of-memory rows      BenchConfig, run
+    results   the CSV schema, load / write, series, growth exponents, crossovers         load_csv, growth_exponent
+    cli       the command line                                                           main, parse_lengths
+
+`minilin.plots` draws the CSV and reads only `minilin.bench.results`.
+"""
+from minilin.bench.cli import QUICK, build_parser, config_from_args, main, parse_bytes, parse_lengths
+from minilin.bench.meters import (
+    LiveBytes,
+    block_timer,
+    flop_counter,
+    measured_saved_bytes,
+    model_case,
+    saved_tensor_bytes,
+)
+from minilin.bench.methods import DEFAULT_METHODS, DTYPES, Tensors, attention_fn, get_method, resolve_dtype
+from minilin.bench.results import (
+    CSV_COLUMNS,
+    MEASURED_METRICS,
+    MODEL_METRICS,
+    STATUSES,
+    crossover_length,
+    growth_exponent,
+    load_csv,
+    series,
+    to_frame,
+    write_csv,
+)
+from minilin.bench.sweep import PASSES, BenchConfig, default_model_lengths, run

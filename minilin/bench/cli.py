@@ -1,0 +1,205 @@
+"""`python -m minilin bench`: run a sweep, write its CSV and PNG plots, print growth exponents and ratio tables.
+
+Every option value is checked before the sweep starts (method names, lengths, device, output folder); a bad
+one is a `minilin.cli.UsageError`: one line on stderr naming the fix, exit code 2.
+"""
+import argparse
+import os
+import re
+import textwrap
+import time
+
+from minilin.bench.methods import DEFAULT_METHODS, DTYPES, get_method
+from minilin.bench.results import load_csv, write_csv
+from minilin.bench.sweep import PASSES, BenchConfig, run
+from minilin.cli import Parser, UsageError, nonnegative_int, positive_float, positive_int
+
+DEFAULT_OUT = "results"
+
+# --quick leaves out peer-performer-causal: its non-CUDA fallback loops over 128 chunks in Python at every n,
+# seconds per call on a CPU even at n=256 and the slowest meta model (name it in --methods to include it)
+QUICK = {"lengths": (256, 512, 1024, 2048), "model_lengths": (256, 512, 1024, 2048, 4096, 16384, 65536),
+         "min_run_time": 0.05, "rounds": 3, "max_seconds": 0.5,
+         "methods": tuple(m for m in DEFAULT_METHODS if m != "peer-performer-causal")}
+
+# wall time on an otherwise idle 2-core CPU (README's table of commands says the same); the default sweep is
+# dominated by exact attention and performer-pytorch's causal fallback at n = 4096 and 8192
+QUICK_MINUTES, DEFAULT_MINUTES = "2", "20-30"
+
+
+def parse_lengths(text):
+    """'256,512,1024' or '256,512,...,16384' (continue the ratio of the first two up to the last)."""
+    parts = [p.strip() for p in text.split(",") if p.strip()]
+    example = "e.g. 256,512,1024 or 256,512,...,16384"
+    numbers = [p for p in parts if p != "..."]
+    bad = [p for p in numbers if not re.fullmatch(r"\d+", p)]
+    if not numbers or bad:
+        raise argparse.ArgumentTypeError(f"lengths are positive whole numbers separated by commas ({example}), "
+                                         f"got {text!r}")
+    if "..." in parts:
+        if parts.count("...") != 1 or parts.index("...") != 2 or len(parts) != 4:
+            raise argparse.ArgumentTypeError(f"write '...' as in 256,512,...,16384 (two lengths, ..., the last), "
+                                             f"got {text!r}")
+        a, b, last = int(parts[0]), int(parts[1]), int(parts[3])
+        if not 0 < a < b <= last:
+            raise argparse.ArgumentTypeError(f"with '...' the lengths must increase, as in 256,512,...,16384; "
+                                             f"got {text!r}")
+        values = [a, b]
+        while values[-1] * b // a <= last:
+            values.append(values[-1] * b // a)
+        if values[-1] != last:
+            values.append(last)
+    else:
+        values = [int(p) for p in numbers]
+    if min(values) < 1:
+        raise argparse.ArgumentTypeError(f"lengths must be at least 1 ({example}), got {text!r}")
+    return tuple(values)
+
+
+def parse_bytes(text):
+    """'512MiB', '4GiB', '4G' or '1e9' -> bytes."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d*)?(?:e\d+)?)\s*([KMGT]?)(i?B)?\s*", text, flags=re.I)
+    if not match or not 0 < float(match.group(1)) < float("inf"):
+        raise argparse.ArgumentTypeError(f"memory must look like 512MiB, 4GiB or 1e9, got {text!r}")
+    scale = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}[match.group(2).upper()]
+    return int(float(match.group(1)) * scale)
+
+
+def _indented(names):
+    return textwrap.fill(", ".join(names), 100, initial_indent="  ", subsequent_indent="  ", break_on_hyphens=False)
+
+
+def build_parser():
+    from minilin.device import DEVICE_HELP
+    from minilin.variants import method_examples
+    d = BenchConfig()
+    p = Parser(
+        prog="python -m minilin bench",
+        description="Time, memory and FLOP curves of attention variants at the attention-function level\n"
+                    "(q, k, v -> out), ours and the peers' at matching B, H, D, proj_len and m. Writes a tidy\n"
+                    "CSV (one row per method x n x metric) and log-log PNG plots, and prints growth exponents\n"
+                    "and ratio tables. Measured rows come from this device; 'model' rows from the same code\n"
+                    "run on device='meta' (no memory used), extended to n=65536.\n\n"
+                    f"On a 2-core CPU, --quick takes about {QUICK_MINUTES} minutes and the default sweep about "
+                    f"{DEFAULT_MINUTES} minutes\n(a progress bar shows where it is; --no-progress or TQDM_DISABLE=1 "
+                    "hide it).",
+        epilog="examples:\n  python -m minilin bench --quick\n"
+               "  python -m minilin bench --lengths 256,512,...,16384 --methods exact,sdpa,linformer-k256,performer\n"
+               "  python -m minilin bench --device cuda --dtype float16 --out results/gpu\n\n"
+               "methods: a variant, -causal, -k<proj_len> (linformer), -m<features> (performer), and peer- for\n"
+               "the library's version of the variant, e.g.\n" + _indented(method_examples())
+               + "\ndefault:\n" + _indented(DEFAULT_METHODS),
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--lengths", type=parse_lengths, default=None,
+                   help="sequence lengths to measure, e.g. 256,512,...,16384 (default "
+                        f"{','.join(map(str, d.lengths))}; --quick: {','.join(map(str, QUICK['lengths']))})")
+    p.add_argument("--model-lengths", type=parse_lengths, default=None,
+                   help="lengths for the meta-device model (default: the measured ones doubled up to 65536)")
+    p.add_argument("--methods", default="default",
+                   help="comma-separated method names, 'default' or 'all-ours' (the default ones without peers)")
+    p.add_argument("--device", default="auto", help=DEVICE_HELP)
+    p.add_argument("--dtype", default="float32", choices=list(DTYPES))
+    p.add_argument("--batch", type=positive_int, default=d.batch, help=f"batch size B (default {d.batch})")
+    p.add_argument("--heads", type=positive_int, default=d.heads, help=f"heads H (default {d.heads})")
+    p.add_argument("--dim-head", type=positive_int, default=d.dim_head,
+                   help=f"head dimension D (default {d.dim_head})")
+    p.add_argument("--nb-features", type=positive_int, default=d.nb_features,
+                   help=f"FAVOR+ random features m, ours and performer-pytorch's (default {d.nb_features})")
+    p.add_argument("--min-run-time", type=positive_float, default=None,
+                   help=f"seconds of timed calls per method, n and pass (default {d.min_run_time})")
+    p.add_argument("--rounds", type=positive_int, default=None, help=f"interleaved timing rounds (default {d.rounds})")
+    p.add_argument("--max-seconds", type=positive_float, default=None,
+                   help=f"a single call slower than this is recorded as 'slow' (default {d.max_seconds})")
+    p.add_argument("--max-memory", type=parse_bytes, default=None,
+                   help="predicted peak above this is recorded as 'oom' without running, e.g. 4GiB "
+                        "(default on CPU: a quarter of RAM; on CUDA: run and catch out-of-memory errors)")
+    p.add_argument("--passes", default=",".join(PASSES), help="fwd, fwdbwd or both (default fwd,fwdbwd)")
+    p.add_argument("--threads", type=positive_int, default=None,
+                   help="CPU threads for torch (default: torch's own choice); fewer gives steadier timings on a "
+                        "busy machine")
+    p.add_argument("--seed", type=nonnegative_int, default=0,
+                   help="seed of the inputs, E, F and projections (default 0)")
+    p.add_argument("--out", default=DEFAULT_OUT, help=f"output folder for CSV and PNG (default {DEFAULT_OUT}/)")
+    p.add_argument("--quick", action="store_true",
+                   help=f"small CPU-friendly sweep, about {QUICK_MINUTES} minutes on a 2-core CPU: lengths "
+                        "256..2048, the model at 256..2048, 4096, 16384, 65536, short timings, calls over 0.5 s "
+                        "recorded as slow, the default methods except peer-performer-causal (seconds per call "
+                        "on a CPU)")
+    p.add_argument("--no-plots", action="store_true", help="write the CSV only")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar (or set TQDM_DISABLE=1)")
+    return p
+
+
+def _methods(text, quick):
+    if text == "default":
+        return quick.get("methods", DEFAULT_METHODS)
+    if text == "all-ours":
+        return tuple(m for m in DEFAULT_METHODS if not m.startswith("peer-"))
+    names = [m.strip() for m in text.split(",") if m.strip()]
+    if not names:
+        raise UsageError("--methods: give comma-separated method names, 'default' or 'all-ours'")
+    try:
+        return tuple(get_method(m).name for m in names)  # fail before running anything
+    except ValueError as err:
+        raise UsageError(f"--methods: {err}") from None
+
+
+def config_from_args(args):
+    """The BenchConfig of parsed arguments; UsageError for a value that parsing alone cannot reject."""
+    quick = QUICK if args.quick else {}
+    passes = tuple(p.strip() for p in args.passes.split(",") if p.strip())
+    if not passes or any(p not in PASSES for p in passes):
+        raise UsageError(f"--passes: use fwd, fwdbwd or fwd,fwdbwd, got {args.passes!r}")
+    d = BenchConfig()
+    pick = lambda value, key: value if value is not None else quick.get(key, getattr(d, key))
+    return BenchConfig(
+        lengths=pick(args.lengths, "lengths"),
+        model_lengths=args.model_lengths if args.model_lengths or args.lengths else quick.get("model_lengths"),
+        methods=_methods(args.methods, quick),
+        batch=args.batch, heads=args.heads, dim_head=args.dim_head, nb_features=args.nb_features,
+        device=args.device, dtype=args.dtype, passes=passes,
+        min_run_time=pick(args.min_run_time, "min_run_time"), rounds=pick(args.rounds, "rounds"),
+        max_seconds=pick(args.max_seconds, "max_seconds"), max_bytes=args.max_memory, seed=args.seed,
+        threads=args.threads, progress=not args.no_progress)
+
+
+def _device(name):
+    from minilin.device import resolve_device
+    try:
+        return resolve_device(name)
+    except ValueError as err:
+        raise UsageError(str(err)) from None
+
+
+def _out_folder(path):
+    """Create the output folder now, so a bad --out fails before the sweep, not after it."""
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise UsageError(f"--out {path}: is a file, not a folder; pick a folder (default {DEFAULT_OUT}/)")
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as err:
+        raise UsageError(f"--out {path}: cannot create this folder ({err.strerror}); pick another") from None
+    if not os.access(path, os.W_OK):
+        raise UsageError(f"--out {path}: this folder is not writable; pick another")
+    return path
+
+
+def main(argv=None):
+    """`python -m minilin bench ...`: run the sweep, write CSV (+ PNG), print the ratio tables."""
+    args = build_parser().parse_args(argv)
+    cfg = config_from_args(args)
+    device = _device(cfg.device)
+    out = _out_folder(args.out)
+    t0 = time.perf_counter()
+    rows = run(cfg)
+    stem = os.path.join(out, f"bench-{device.type}-{cfg.dtype}")
+    written = [write_csv(rows, stem + ".csv")]
+    df = load_csv(written[0])
+    from minilin import plots  # plots reads results; only this command draws them
+    if not args.no_plots:
+        written += plots.save_figures(df, stem)
+    print(plots.summary(df))
+    print(f"\n{len(rows)} rows in {time.perf_counter() - t0:.0f} s; wrote:")
+    for path in written:
+        print(f"  {path}")
+    return 0

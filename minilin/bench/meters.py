@@ -1,0 +1,218 @@
+"""The benchmark's meters: bytes saved for backward, live bytes, FLOPs, and timers.
+
+    saved_tensor_bytes  what autograd keeps for backward (`saved_tensors_hooks`), each storage counted once
+    LiveBytes           a TorchDispatchMode adding each new storage and subtracting it when freed: the peak
+    flop_counter        torch's FlopCounterMode, plus the fused CPU flash-attention kernel (matmul-like ops only)
+    model_case          all three on device="meta": shapes flow through every op, nothing is allocated
+    block_timer         seconds per call: torch.utils.benchmark.Timer on CPU, CUDA events on GPU
+"""
+import gc
+import time
+import weakref
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils.flop_counter import FlopCounterMode, sdpa_backward_flop_count, sdpa_flop_count
+
+from minilin.bench.methods import Tensors, attention_fn, case_inputs, features_of, get_method, resolve_dtype
+
+# ---- memory ------------------------------------------------------------------------------------------------
+
+
+def _storage_key(t):
+    return t.untyped_storage()._cdata  # the C++ StorageImpl: views of one buffer share it
+
+
+def saved_tensor_bytes(fn, *inputs):
+    """(bytes autograd saves for backward while running fn(*inputs), fn's output); each storage counted once.
+
+    A saved view of a larger buffer keeps all of it alive, so whole storages are counted. Works on "meta".
+    Only storages still alive when fn returns are counted: a tensor saved by a side computation whose graph
+    is dropped (a check, a statistic) is freed with it, and its address may be reused by the next storage.
+    """
+    storages = {}
+
+    def pack(t):
+        storage, key = t.untyped_storage(), _storage_key(t)
+        if key not in storages:
+            storages[key] = storage.nbytes()
+            weakref.finalize(storage, storages.pop, key, None)  # freed: forget it before its address is reused
+        # a detached alias, not t itself: a saved *output* would otherwise hold its own grad_fn, a reference cycle
+        # that keeps a dropped side computation alive until the garbage collector runs (autograd itself saves
+        # outputs without that cycle)
+        return t.detach()
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = fn(*inputs)
+    return sum(storages.values()), out
+
+
+def _tensors(values):
+    """The tensors among an aten op's arguments or results (tensors, or lists/tuples of tensors)."""
+    found = []
+    for x in values:
+        if isinstance(x, torch.Tensor):
+            found.append(x)
+        elif isinstance(x, (list, tuple)):
+            found.extend(t for t in x if isinstance(t, torch.Tensor))
+    return found
+
+
+class LiveBytes(TorchDispatchMode):
+    """Peak of the bytes held by storages created inside the mode (each counted until it is freed).
+
+    Inputs and anything allocated before entering are not counted (as with max_memory_allocated minus the
+    memory in use before the call). Views share their input's storage and allocate nothing. Kernel-internal
+    workspaces are invisible here, so on a real device this is a lower bound of the allocator's peak.
+    """
+
+    def __init__(self):
+        super().__init__()
+        self.live, self.current, self.peak = {}, 0, 0
+
+    def _free(self, key):
+        self.current -= self.live.pop(key, 0)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        seen = {_storage_key(t) for t in _tensors(args) + _tensors(kwargs.values())}
+        for t in _tensors((out,)):
+            storage = t.untyped_storage()
+            key = _storage_key(t)
+            if key in seen or key in self.live:  # a view or an in-place result: no new memory
+                continue
+            self.live[key] = storage.nbytes()
+            self.current += self.live[key]
+            self.peak = max(self.peak, self.current)
+            weakref.finalize(storage, self._free, key)
+        return out
+
+
+# ---- FLOPs ---------------------------------------------------------------------------------------------------
+
+# FlopCounterMode knows the CUDA SDPA kernels; the CPU flash kernel (which the model runs) costs the same
+def _cpu_flash_flops(query, key, value, *args, out_shape=None, **kwargs):
+    return sdpa_flop_count(query, key, value)
+
+
+def _cpu_flash_backward_flops(grad_out, query, key, value, *args, out_shape=None, **kwargs):
+    return sdpa_backward_flop_count(grad_out, query, key, value)
+
+
+_SDPA_CPU_FLOPS = {
+    torch.ops.aten._scaled_dot_product_flash_attention_for_cpu: _cpu_flash_flops,
+    torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward: _cpu_flash_backward_flops,
+}
+
+
+def flop_counter():
+    """FlopCounterMode that also counts the CPU flash-attention kernel (matmul-like ops only)."""
+    return FlopCounterMode(display=False, custom_mapping=_SDPA_CPU_FLOPS)
+
+
+# ---- the meta-device model -------------------------------------------------------------------------------
+
+_MODEL_CACHE = {}
+
+
+def model_case(method, n, cfg):
+    """The meta-device model of one case: {metric: value} for MODEL_METRICS, no memory allocated.
+
+    A pure function of (method, n, B, H, D, m, dtype), so results are cached for the process: a notebook that
+    validates the model and then sweeps does not pay twice (meta kernels run in Python, ~0.1 ms per op).
+    """
+    method = get_method(method)
+    key = (method.name, n, cfg.batch, cfg.heads, cfg.dim_head, features_of(method, cfg), cfg.dtype)
+    if key not in _MODEL_CACHE:
+        _MODEL_CACHE[key] = _model_case(method, n, cfg)
+    return dict(_MODEL_CACHE[key])
+
+
+def _model_case(method, n, cfg):
+    make = Tensors("meta", resolve_dtype(cfg.dtype), cfg.seed)
+    fn = attention_fn(method, n, cfg, make)
+    q, k, v = case_inputs(cfg, n, make, requires_grad=True)
+    with torch.no_grad(), LiveBytes() as live, flop_counter() as flops:
+        fn(q, k, v)
+    peak_fwd, flops_fwd = live.peak, flops.get_total_flops()
+    with LiveBytes() as live, flop_counter() as flops:
+        saved, out = saved_tensor_bytes(fn, q, k, v)
+        # .backward, not autograd.grad: FlopCounterMode's module tracker hooks leaf inputs of nn.Module peers,
+        # which autograd.grad does not support; the gradients land in q.grad etc. (same allocations)
+        out.backward(torch.empty_like(out))
+        del out
+    return {"model_saved_bytes": saved, "model_peak_fwd_bytes": peak_fwd,
+            "model_peak_fwdbwd_bytes": live.peak, "model_flops_fwd": flops_fwd,
+            "model_flops_fwdbwd": flops.get_total_flops()}
+
+
+def measured_saved_bytes(method, n, cfg, device=None):
+    """Bytes saved for backward by one real forward on `device` (default: cfg.device)."""
+    from minilin.device import resolve_device
+    make = Tensors(resolve_device(cfg.device if device is None else device), resolve_dtype(cfg.dtype), cfg.seed)
+    fn = attention_fn(method, n, cfg, make)
+    q, k, v = case_inputs(cfg, n, make, requires_grad=True)
+    return saved_tensor_bytes(fn, q, k, v)[0]
+
+
+# ---- time ------------------------------------------------------------------------------------------------------
+
+def sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def block_timer(call, device):
+    """timer(number) -> seconds per call, the mean over `number` back-to-back calls.
+
+    CUDA: events around the block (kernels are asynchronous, so host clocks would time the launches).
+    CPU: torch.utils.benchmark.Timer with the process's thread count (its default is one thread); its
+    timeit(number) makes max(number // 100, 2) untimed warm-up calls first, which also re-warms caches and
+    the allocator after the other methods ran in between.
+    """
+    if device.type == "cuda":
+        def run(number):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(number):
+                call()
+            end.record()
+            torch.cuda.synchronize(device)
+            return start.elapsed_time(end) / 1e3 / number
+        return run
+    from torch.utils import benchmark
+    timer = benchmark.Timer(stmt="call()", globals={"call": call}, num_threads=torch.get_num_threads())
+    return lambda number: timer.timeit(number).median
+
+
+def wall(call, device):
+    """Seconds of one call (synchronised on CUDA): the warm-up measurement that decides "slow"."""
+    sync(device)
+    t0 = time.perf_counter()
+    call()
+    sync(device)
+    return time.perf_counter() - t0
+
+
+def cuda_peak(call, device):
+    """torch.cuda.max_memory_allocated during one call, above the memory allocated before it."""
+    gc.collect()
+    torch.cuda.synchronize(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    base = torch.cuda.memory_allocated(device)
+    call()
+    torch.cuda.synchronize(device)
+    return torch.cuda.max_memory_allocated(device) - base
+
+
+def is_oom(err):
+    text = str(err).lower()  # CUDA: torch.OutOfMemoryError; CPU: RuntimeError "can't allocate memory"
+    return isinstance(err, (torch.OutOfMemoryError, MemoryError)) or "out of memory" in text \
+        or "can't allocate memory" in text
+
+
+def free(device):
+    if device.type == "cuda":  # hand cached blocks back so the next case's peak starts clean
+        gc.collect()
+        torch.cuda.empty_cache()

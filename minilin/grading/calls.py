@@ -1,0 +1,259 @@
+"""What crosses the process boundary: a Call (function name + inputs) goes in, an encoded value comes out.
+
+A Call names a learner function and holds the inputs the grader built. Inputs the grader cannot or should not
+pickle are placeholders, built inside the child: a seeded `Gen`, a `Scratch` path in the child's private
+folder, an `Unpicklable` object. `execute` runs one Call against the learner's module (in the child, or
+in-process for the course's pytest run) and `encode` turns the result into tensors, numbers, strings and
+containers only, so the grader can read it with `torch.load(weights_only=True)`: a malicious pickle cannot run
+code in the grader.
+"""
+import dataclasses
+import io
+import os
+import struct
+
+import torch
+
+TAG = "__minilin__"  # marks an encoded non-plain value (an opaque object, a meta tensor, an expected exception)
+MAX_DEPTH = 40
+PLAIN = (bool, int, float, complex, str, bytes, type(None), torch.dtype, torch.Size)
+
+
+@dataclasses.dataclass(frozen=True)
+class Call:
+    """fn(*args, **kwargs) in the learner's module; `capture` says what to send back, `raises` which
+    exception class names the check expects (then the exception is the result, not an error)."""
+    fn: str
+    args: tuple = ()
+    kwargs: dict = dataclasses.field(default_factory=dict)
+    capture: str = "value"  # value | module:<i> (state_dict of argument i) | matmul_shapes | each
+    raises: tuple = ()
+    label: str = ""
+
+    def describe(self):
+        """How a failure message names this call, e.g. `attention(<2x2x5x4 float64>, ..., causal=True)`."""
+        if self.label:
+            return self.label
+        if self.capture == "each":
+            return f"{self.fn}(...) for {len(self.args[0])} inputs"
+        parts = [summary(a) for a in self.args] + [f"{k}={summary(v)}" for k, v in self.kwargs.items()]
+        return f"{self.fn}({', '.join(parts)})"
+
+
+def summary(value):
+    """A short, learner-readable rendering of an input: tensors by shape and dtype, the rest by repr."""
+    if isinstance(value, torch.Tensor):
+        shape = "x".join(map(str, value.shape)) or "scalar"
+        return f"<{shape} {str(value.dtype).removeprefix('torch.')}>"
+    if isinstance(value, torch.nn.Module):
+        return f"<{type(value).__name__}>"
+    if isinstance(value, (list, tuple)) and len(value) > 4:
+        return f"<{type(value).__name__} of {len(value)}>"
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+# --- placeholders: built in the child -------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class Gen:
+    """torch.Generator().manual_seed(seed), made where the function runs."""
+    seed: int
+
+    def __repr__(self):
+        return f"Generator(seed={self.seed})"
+
+
+@dataclasses.dataclass(frozen=True)
+class Scratch:
+    """A path in this step's private scratch folder (empty when the step starts)."""
+    name: str
+
+    def __repr__(self):
+        return f"'{self.name}'"
+
+
+@dataclasses.dataclass(frozen=True)
+class Unpicklable:
+    """A checkpoint that fails half-way through pickling: a tensor, then a lambda."""
+
+    def __repr__(self):
+        return "{'w': <100 float32>, 'bad': <lambda>}"
+
+
+class NotAWeight:
+    """An arbitrary class: a checkpoint holding one must be refused by torch.load(weights_only=True)."""
+
+
+def resolve(value, scratch):
+    if isinstance(value, Gen):
+        return torch.Generator().manual_seed(value.seed)
+    if isinstance(value, Scratch):
+        return os.path.join(scratch, value.name)
+    if isinstance(value, Unpicklable):
+        return {"w": torch.zeros(100), "bad": lambda: 0}
+    if isinstance(value, tuple):
+        return tuple(resolve(v, scratch) for v in value)
+    if isinstance(value, list):
+        return [resolve(v, scratch) for v in value]
+    if isinstance(value, dict):
+        return {k: resolve(v, scratch) for k, v in value.items()}
+    return value
+
+
+def _listdir(scratch):
+    return sorted(os.listdir(scratch))
+
+
+def _write_unsafe_pickle(path):
+    torch.save({"obj": NotAWeight()}, path)
+
+
+HARNESS = {"@listdir": _listdir, "@write_unsafe_pickle": _write_unsafe_pickle}  # grader-written helpers
+
+
+class MissingFunction(AttributeError):
+    """The learner's file does not define the function a task grades."""
+
+
+class MatmulSpy(torch.overrides.TorchFunctionMode):
+    """Records the (rows, cols) of every matrix-product result computed while active."""
+    NAMES = {"matmul", "__matmul__", "__rmatmul__", "mm", "bmm", "einsum", "tensordot", "linear"}
+
+    def __init__(self):
+        super().__init__()
+        self.products = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if getattr(func, "__name__", "") in self.NAMES and isinstance(out, torch.Tensor) and out.ndim >= 2:
+            self.products.append(tuple(out.shape[-2:]))
+        return out
+
+
+def _capture(call, fn, args, kwargs):
+    if call.capture == "value":
+        return fn(*args, **kwargs)
+    if call.capture == "each":
+        return [fn(*a, **kw) for a, kw in args[0]]
+    if call.capture == "matmul_shapes":
+        with MatmulSpy() as spy:
+            out = fn(*args, **kwargs)
+        return {"products": spy.products, "shape": tuple(getattr(out, "shape", ()))}
+    if call.capture.startswith("module:"):
+        i = int(call.capture.split(":")[1])
+        out = fn(*args, **kwargs)
+        return {"returned_input": out is args[i], "state": dict(args[i].state_dict())}
+    raise ValueError(f"unknown capture {call.capture!r}")
+
+
+def execute(module, call, scratch):
+    """Run one Call: the encoded result, or an encoded expected exception; an unexpected exception propagates."""
+    args, kwargs = resolve(call.args, scratch), resolve(call.kwargs, scratch)
+    try:
+        if call.fn.startswith("@"):
+            value = HARNESS[call.fn](*args, **kwargs)
+        else:
+            fn = getattr(module, call.fn, None)
+            if not callable(fn):
+                raise MissingFunction(f"{os.path.basename(module.__file__ or '?')} defines no function "
+                                      f"`{call.fn}`; keep the name and signature of the stub")
+            value = _capture(call, fn, args, kwargs)
+    except BaseException as err:  # SystemExit and KeyboardInterrupt from learner code are results too
+        if call.raises and any(c.__name__ in call.raises for c in type(err).__mro__):
+            return {TAG: "raised", "type": type(err).__name__, "message": _text(err)}
+        raise
+    return encode(value)
+
+
+def _text(obj, limit=500):
+    try:
+        text = str(obj)
+    except BaseException:  # a learner's __str__ may raise
+        text = "<unprintable>"
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def encode(value, depth=0):
+    """Plain data only: tensors (compact CPU copies), numbers, strings, containers; the rest described."""
+    if depth > MAX_DEPTH:
+        return {TAG: "opaque", "type": "nesting", "repr": f"nested deeper than {MAX_DEPTH} levels"}
+    if isinstance(value, torch.Tensor):
+        if value.device.type == "meta":
+            return {TAG: "meta", "shape": tuple(value.shape), "dtype": value.dtype}
+        if value.layout != torch.strided:
+            value = value.to_dense()
+        # clone: a compact copy (a view would drag its whole storage along); as_subclass: plain Tensor
+        return value.detach().cpu().resolve_conj().resolve_neg().clone().as_subclass(torch.Tensor)
+    if type(value) in PLAIN:
+        return value
+    if isinstance(value, float):  # numpy.float64 is a float: a learner returning one meant a float
+        return float(value)
+    if type(value) in (tuple, list):
+        return type(value)(encode(v, depth + 1) for v in value)
+    if type(value) is dict and all(type(k) in (str, int) for k in value):
+        return {k: encode(v, depth + 1) for k, v in value.items()}
+    return {TAG: "opaque", "type": f"{type(value).__module__}.{type(value).__qualname__}", "repr": _text(
+        repr_safe(value), 200)}
+
+
+def repr_safe(value):
+    try:
+        return repr(value)
+    except BaseException:
+        return "<unprintable>"
+
+
+@dataclasses.dataclass
+class Opaque:
+    """A returned object that is not plain data (a numpy array, a custom class): described, never unpickled."""
+    type: str
+    repr: str
+
+
+@dataclasses.dataclass
+class Raised:
+    """An exception the check expected (e.g. ValueError for a too-long sequence)."""
+    type: str
+    message: str
+
+
+@dataclasses.dataclass
+class MetaTensor:
+    shape: tuple
+    dtype: torch.dtype
+
+
+def decode(value):
+    """Grader side: tagged dicts back into Opaque / Raised / MetaTensor."""
+    if isinstance(value, dict):
+        tag = value.get(TAG)
+        if tag == "opaque":
+            return Opaque(str(value.get("type")), str(value.get("repr")))
+        if tag == "raised":
+            return Raised(str(value.get("type")), str(value.get("message")))
+        if tag == "meta":
+            return MetaTensor(tuple(value.get("shape", ())), value.get("dtype"))
+        return {k: decode(v) for k, v in value.items()}
+    if type(value) in (tuple, list):
+        return type(value)(decode(v) for v in value)
+    return value
+
+
+def dumps(obj):
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    return buf.getvalue()
+
+
+def loads_untrusted(data):
+    """Read bytes the child wrote: weights_only, so only tensors and plain containers can come back."""
+    return decode(torch.load(io.BytesIO(data), weights_only=True, map_location="cpu"))
+
+
+HEADER = struct.Struct(">cQ")  # frame kind (one byte) and payload length
+MAX_FRAME = 64 << 20  # bytes: the largest result a learner's function may send back
+
+
+def frame(kind, obj):
+    data = dumps(obj)
+    return HEADER.pack(kind, len(data)) + data

@@ -1,0 +1,54 @@
+"""Checks for exercises/ex01_attention.py (Tasks 1.1-1.5), against minilin.attention."""
+import torch
+
+from minilin.attention import allowed_keys, attention_matrix, softmax_attention
+from minilin.grading.checks import Chapter, close, equal, rand
+
+CHAPTER = Chapter(1, "ex01_attention", "exact softmax attention")
+
+
+@CHAPTER.task("1.1", "scaled_scores")
+def scaled_scores(f):
+    """the raw attention scores q kᵀ / √D"""
+    q, k = rand(2, 3, 5, 4, seed=1), rand(2, 3, 7, 4, seed=2)
+    yield close(f(q, k), q @ k.transpose(-2, -1) / 2.0, what="q @ k.transpose(-2, -1) / √4")
+
+
+@CHAPTER.task("1.2", "stable_softmax")
+def stable_softmax(f):
+    """a softmax that cannot overflow and maps an all -inf row to zeros"""
+    x = rand(3, 6, seed=3) * 1000.0  # exp(1000) overflows: only a stable version survives
+    yield close(f(x), torch.softmax(x, dim=-1), what="torch.softmax(x, dim=-1), x up to ±3000")
+    yield close(f(x, dim=0), torch.softmax(x, dim=0), what="torch.softmax(x, dim=0)")
+    x = x.clone()  # the calls above keep their own x
+    x[1] = float("-inf")
+    expected = torch.softmax(x, dim=-1).nan_to_num(0.0)
+    yield close(f(x), expected, what="torch.softmax with the all -inf row 1 mapped to zeros (not NaN)")
+
+
+@CHAPTER.task("1.3", "causal_mask")
+def causal_mask(f):
+    """the (N, M) bool causal mask, aligned bottom-right"""
+    for n, m in [(4, 4), (3, 6), (1, 5)]:
+        yield equal(f(n, m), allowed_keys(n, m, causal=True)[0, 0], what="j <= i + (M - N), a bool tensor")
+
+
+@CHAPTER.task("1.4", "attention")
+def attention(f):
+    """exact attention with a key padding mask and a causal flag"""
+    q, k, v = rand(2, 2, 5, 4, seed=4), rand(2, 2, 5, 4, seed=5), rand(2, 2, 5, 3, seed=6)
+    mask = torch.tensor([[True, True, False, True, True], [False, False, True, True, True]])
+    for causal in (False, True):
+        yield close(f(q, k, v, mask=mask, causal=causal), softmax_attention(q, k, v, mask=mask, causal=causal),
+                    what=f"minilin.attention.softmax_attention(q, k, v, mask=mask, causal={causal})")
+    yield close(f(q, k, v), attention_matrix(q, k) @ v, what="softmax(q kᵀ / √D) @ v")
+
+
+@CHAPTER.task("1.5", "score_matrix_bytes")
+def score_matrix_bytes(f):
+    """bytes of the (batch, heads, n, n) score matrix"""
+    yield equal(f(1, 1, 512, torch.float32), 512 * 512 * 4, what="512 x 512 entries of 4 bytes")
+    yield equal(f(8, 8, 2048, torch.float16), 8 * 8 * 2048**2 * 2, what="8·8·2048² entries of 2 bytes")
+    yield equal(f(2, 3, 10, torch.float64), 2 * 3 * 100 * 8, what="2·3·10² entries of 8 bytes")
+    yield equal(f(1, 1, 4, torch.bfloat16), 32, what="16 entries of 2 bytes, as a Python int")
+    yield equal(f(4, 16, 32768, torch.float16), 128 * 2**30, what="128 GiB")

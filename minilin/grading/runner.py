@@ -1,0 +1,375 @@
+"""Grading one submission: the grader's side of the child protocol, and the in-process runner for pytest.
+
+A Session builds every task's steps once (inputs and expected values from fixed seeds) and writes each step's
+Calls to a file the children read. `Session.grade(folder)` copies the learner's exNN_*.py files, scans them
+(syntax, honesty), then starts one child per submission (Python and torch imported once, see child.py), which
+forks a worker per chapter: `import`, one `run` per step, `done`. Results come back as encoded values that
+this side judges. The time limit is per chapter. When a worker hangs, dies or sends garbage, only the task it
+was running fails (the whole chapter if it was importing the file) and a fresh worker takes the remaining
+tasks; a child that stops answering altogether is replaced.
+"""
+import ast
+import collections
+import dataclasses
+import itertools
+import os
+import select
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import torch
+
+from minilin.grading import honesty, sandbox
+from minilin.grading.calls import HEADER, MAX_FRAME, dumps, execute, loads_untrusted
+from minilin.grading.checks import CannotGrade, Failure
+from minilin.grading.course import CHAPTERS
+
+STATUSES = ("pass", "fail", "error", "timeout", "crash", "missing")
+MAX_SOURCE = 1 << 20  # bytes per learner file
+GRACE = 15.0  # seconds the child may take beyond a chapter's limit to report it (it kills the worker itself)
+
+
+@dataclasses.dataclass
+class Result:
+    task: str
+    status: str  # one of STATUSES
+    message: str = ""  # a few lines; the first is the summary
+
+
+@dataclasses.dataclass
+class Limits:
+    timeout: float = 60.0  # seconds per chapter (importing the file and every check)
+    memory: int = 4 << 30  # bytes of address space of the child (RLIMIT_AS)
+    startup: float = 180.0  # seconds for the child to start Python and import torch (not the learner's time)
+
+
+class ChildGone(Exception):
+    """The learner's worker (alive=True: the child can fork another) or the whole child stopped answering."""
+
+    def __init__(self, status, message, alive=False):
+        super().__init__(message)
+        self.status, self.message, self.alive = status, message, alive
+
+
+class Child:
+    """One child process (bwrap or plain) and the framed pipe to it."""
+
+    def __init__(self, argv, cwd, env, workdir):
+        self.stderr = tempfile.TemporaryFile(dir=workdir)
+        self.proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=self.stderr, start_new_session=True)
+        self.fd = self.proc.stdout.fileno()
+
+    def send(self, line):
+        try:
+            self.proc.stdin.write(line.encode() + b"\n")
+            self.proc.stdin.flush()
+        except OSError:
+            raise self.gone() from None
+
+    def _read(self, n, deadline):
+        data = bytearray()
+        while len(data) < n:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise ChildGone("timeout", "")
+            if not select.select([self.fd], [], [], left)[0]:
+                continue
+            chunk = os.read(self.fd, min(n - len(data), 1 << 20))
+            if not chunk:
+                raise self.gone()
+            data += chunk
+        return bytes(data)
+
+    def recv(self, kind, deadline):
+        got, length = HEADER.unpack(self._read(HEADER.size, deadline))
+        if got not in (b"R", b"I", b"C", b"X") or length > MAX_FRAME:
+            raise ChildGone("crash", "sent back something that is not a result")
+        try:
+            reply = loads_untrusted(self._read(length, deadline))
+        except ChildGone:
+            raise
+        except Exception as err:  # not weights-only data: refused, never unpickled
+            raise ChildGone("crash", f"sent back data the grader refuses to load ({type(err).__name__})") from None
+        if not isinstance(reply, dict):
+            raise ChildGone("crash", "sent back something that is not a result")
+        if got == b"X" and kind != b"X":
+            raise self.ended(reply)
+        if got != kind:
+            raise ChildGone("crash", "sent back something that is not a result")
+        return reply
+
+    def ended(self, reply):
+        """ChildGone for a worker that the child reports gone (its chapter's process; the child lives on)."""
+        reason, size, code = reply.get("reason"), reply.get("size") or 0, reply.get("code")
+        if reason == "timeout":
+            return ChildGone("timeout", "", alive=True)
+        if reason == "too large":
+            return ChildGone("crash", f"returned {size / 2**20:.0f} MiB; a result may take at most "
+                                      f"{MAX_FRAME >> 20} MiB", alive=True)
+        if reason == "garbled":
+            return ChildGone("crash", "sent back something that is not a result (did your code write to the "
+                                      "grader's pipe?)", alive=True)
+        return ChildGone("crash", self.how(code) + self.tail(), alive=True)
+
+    def gone(self):
+        """ChildGone for a child that closed its pipe: how it ended and its last lines of output."""
+        try:
+            code = self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            code = None
+        return ChildGone("crash", self.how(code) + self.tail())
+
+    @staticmethod
+    def how(code):
+        if code is None:
+            return "closed its output"
+        if code < 0 or code > 128:
+            number = -code if code < 0 else code - 128
+            name = signal.Signals(number).name if number in signal.Signals._value2member_map_ else str(number)
+            return f"was killed by signal {name}"
+        return f"exited with code {code} (sys.exit / os._exit in your code?)"
+
+    def tail(self):
+        self.stderr.seek(max(0, self.stderr.seek(0, os.SEEK_END) - 2000))
+        lines = [ln[:160] for ln in self.stderr.read().decode("utf-8", "replace").splitlines()[-4:] if ln.strip()]
+        return "".join(f"\n    | {ln}" for ln in lines)
+
+    def close(self):
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)  # bwrap --die-with-parent takes the sandbox with it
+            except (ProcessLookupError, PermissionError):
+                self.proc.kill()
+        self.proc.wait()
+        for pipe in (self.proc.stdin, self.proc.stdout):
+            try:
+                pipe.close()
+            except OSError:
+                pass
+        self.stderr.close()
+
+
+def _where(error):
+    where = error.get("where") or []
+    if not where:
+        return ""
+    file, line, text = where[-1]
+    return f"\n  at {file} line {line}: {text}" if text else f"\n  at {file} line {line}"
+
+
+def error_result(task_id, error, doing, memory):
+    """A learner's exception as a Result: not implemented yet (fail), or what raised and where (error)."""
+    kind, message = error.get("type", "Exception"), error.get("message", "")
+    if kind == "NotImplementedError":
+        return Result(task_id, "fail", f"not implemented yet: {doing} raised NotImplementedError"
+                                       f"({message!r}){_where(error)}")
+    if kind == "SyntaxError":
+        return Result(task_id, "error", f"SyntaxError while {doing}: {message}{_where(error)}")
+    hint = ""
+    if kind == "MemoryError" or "can't allocate memory" in message:
+        hint = f" (the grader allows {memory / 2**30:g} GiB)"
+    first = message.splitlines()[0][:300] if message else ""
+    return Result(task_id, "error", f"{doing} raised {kind}: {first}{hint}{_where(error)}")
+
+
+def syntax_message(file, err):
+    pointer = ""
+    if err.text:
+        pointer = f"\n    {err.text.rstrip()}\n    {' ' * max(0, (err.offset or 1) - 1)}^"
+    return f"SyntaxError in {file} line {err.lineno}: {err.msg}{pointer}"
+
+
+class Session:
+    """One grading run over `tasks`: steps and input files built once, shared by every submission graded."""
+
+    def __init__(self, tasks, *, limits=None, mode="none", hidden=None, hide=()):
+        self.tasks, self.limits, self.mode = list(tasks), limits or Limits(), mode
+        self.root = Path(tempfile.mkdtemp(prefix="minilin-grade-"))
+        self.hide = (*hide, self.root)  # other students' copies, if TMPDIR is not under /tmp
+        self.inputs = self.root / "inputs"
+        self.inputs.mkdir()
+        self.lib = sandbox.library(self.root / "lib")
+        self.steps, self.unavailable = {}, {}
+        for task in self.tasks:
+            try:
+                self.steps[task.id] = task.steps((hidden or {}).get(task.id, ()))
+            except CannotGrade as err:
+                self.unavailable[task.id] = str(err)
+                continue
+            for i, step in enumerate(self.steps[task.id]):
+                torch.save(list(step.calls), self.inputs / f"{task.id}-{i}.pt")
+        self._ids, self._lock = itertools.count(), threading.Lock()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def grade(self, folder):
+        """{task id: Result} for the exNN_*.py files in `folder` (exercises/, solutions/ or one student's)."""
+        with self._lock:
+            student = self.root / "students" / str(next(self._ids))
+        package = student / "exercises"
+        package.mkdir(parents=True)
+        (student / "scratch").mkdir()
+        for path in sorted(Path(folder).glob("*.py"))[:200]:
+            if path.is_file() and not path.is_symlink() and path.stat().st_size <= MAX_SOURCE:
+                shutil.copyfile(path, package / path.name)
+        (package / "__init__.py").write_text("")
+        results, plan = {}, []
+        for number in dict.fromkeys(t.chapter for t in self.tasks):
+            chapter, tasks = CHAPTERS[number], [t for t in self.tasks if t.chapter == number]
+            runnable = self._scan(chapter, tasks, package / chapter.file, Path(folder), results)
+            if runnable:
+                plan.append((chapter, collections.deque(runnable)))
+        self._run(collections.deque(plan), student, results)
+        shutil.rmtree(student, ignore_errors=True)
+        return {t.id: results[t.id] for t in self.tasks}
+
+    def _scan(self, chapter, tasks, path, folder, results):
+        """Missing file, syntax error, forbidden helpers: decided here, without running anything."""
+        def every(status, message):
+            results.update({t.id: Result(t.id, status, message) for t in tasks})
+        if not path.is_file():
+            if (folder / chapter.file).is_file():
+                every("error", f"{chapter.file} is a link or larger than {MAX_SOURCE >> 10} KiB: not graded")
+            else:
+                every("missing", f"no {chapter.file} in {folder.name}/")
+            return []
+        try:
+            source = path.read_text(encoding="utf-8")
+            ast.parse(source, filename=chapter.file)
+            problems = honesty.scan(source, [f for t in tasks for f in t.functions], chapter.allowed)
+        except SyntaxError as err:
+            every("error", syntax_message(chapter.file, err))
+            return []
+        except (UnicodeDecodeError, ValueError, RecursionError, MemoryError) as err:
+            every("error", f"{chapter.file} cannot be read as Python source: {type(err).__name__}")
+            return []
+        runnable = []
+        for task in tasks:
+            if task.id in self.unavailable:
+                results[task.id] = Result(task.id, "error", f"cannot be graded here: {self.unavailable[task.id]}")
+            elif bad := [problems[f] for f in task.functions if f in problems]:
+                results[task.id] = Result(task.id, "fail", bad[0])
+            else:
+                runnable.append(task)
+        return runnable
+
+    def _run(self, queue, student, results):
+        child = None
+        try:
+            while queue:
+                if child is None and (child := self._start(student, queue, results)) is None:
+                    return
+                chapter, tasks = queue[0]
+                now = {"doing": f"importing {chapter.file}", "importing": True}
+                try:
+                    self._chapter(child, chapter, tasks, results, now)
+                    queue.popleft()
+                except ChildGone as gone:
+                    self._gone(queue, gone, now, results)
+                    if not gone.alive:
+                        child.close()
+                        child = None
+        finally:
+            if child is not None:
+                child.close()
+
+    def _start(self, student, queue, results):
+        """A fresh child (Python and torch imported, no learner code yet), or None: every task left crashes."""
+        argv, cwd, env = sandbox.command(self.mode, lib=self.lib, package_parent=student, inputs=self.inputs,
+                                         scratch=student / "scratch", memory=self.limits.memory, hide=self.hide)
+        child = Child(argv, cwd, env, student)
+        try:
+            child.recv(b"R", time.monotonic() + self.limits.startup)
+            return child
+        except ChildGone as gone:
+            child.close()
+            why = f"no answer within {self.limits.startup:g} s" if gone.status == "timeout" else gone.message
+            for _, tasks in queue:
+                results.update({t.id: Result(t.id, "crash", f"the grader could not start Python and torch: {why}")
+                                for t in tasks})
+            queue.clear()
+            return None
+
+    def _chapter(self, child, chapter, tasks, results, now):
+        """One worker process: import the file, run each remaining task's steps, then let it go."""
+        module = f"exercises.{chapter.module}"
+        deadline = time.monotonic() + self.limits.timeout
+        child.send(f"import {module} {self.limits.timeout}")
+        reply = child.recv(b"I", deadline + GRACE)
+        now["importing"] = False
+        if not reply.get("ok"):
+            for task in tasks:
+                results[task.id] = error_result(task.id, reply.get("error") or {}, now["doing"], self.limits.memory)
+            tasks.clear()
+        while tasks:
+            results[tasks[0].id] = self._task(child, module, tasks[0], deadline + GRACE, now)
+            tasks.popleft()
+        now["doing"] = f"finishing {chapter.file}"
+        child.send("done")
+        child.recv(b"X", deadline + GRACE)  # the worker is gone; how does not matter any more
+
+    def _gone(self, queue, gone, now, results):
+        """The worker hung, died or sent garbage: fail what it was doing; the rest goes to a fresh worker."""
+        _, tasks = queue[0]
+        if gone.status == "timeout":
+            message = f"no answer within {self.limits.timeout:g} s while {now['doing']} (the time limit per " \
+                      "chapter; --timeout S changes it)"
+        else:
+            message = f"the process running your code {gone.message}\n  while {now['doing']}"
+        for task in list(tasks) if now["importing"] else list(tasks)[:1]:
+            results[task.id] = Result(task.id, gone.status, message)
+            tasks.remove(task)
+        if not tasks:
+            queue.popleft()
+
+    def _task(self, child, module, task, deadline, now):
+        for i, step in enumerate(self.steps[task.id]):
+            now["doing"] = f"running {step.calls[0].describe()}"
+            child.send(f"run {module} {task.id}-{i}.pt")
+            values = []
+            for call in step.calls:
+                now["doing"] = f"running {call.describe()}"
+                reply = child.recv(b"C", deadline)
+                if not reply.get("ok"):
+                    return error_result(task.id, reply.get("error") or {}, call.describe(), self.limits.memory)
+                values.append(reply.get("value"))
+            if verdict := judge(step, values):
+                return Result(task.id, "fail", verdict)
+        return Result(task.id, "pass")
+
+
+def judge(step, values):
+    """None when the step's judge accepts the values, else its message."""
+    try:
+        step.judge(*values)
+    except Failure as failure:
+        return str(failure)
+    except Exception as err:  # the learner's values broke an assumption of the judge (a wrong type...)
+        return f"{step.calls[0].describe()}\n  returned something the check cannot use ({type(err).__name__}: {err})"
+    return None
+
+
+def run_in_process(task, module, extra=()):
+    """The course's own check of solutions/ and stubs (pytest): the same steps, run in this process.
+
+    The learner's exceptions propagate unchanged (the stub guard expects NotImplementedError); a wrong result
+    raises Failure (an AssertionError). Never use this for code you do not trust.
+    """
+    chapter = CHAPTERS[task.chapter]
+    problems = honesty.scan(Path(module.__file__).read_text(encoding="utf-8"), task.functions, chapter.allowed)
+    if problems:
+        raise Failure("\n".join(problems.values()))
+    for step in task.steps(extra):
+        with tempfile.TemporaryDirectory() as scratch:
+            values = [loads_untrusted(dumps(execute(module, call, scratch))) for call in step.calls]
+        step.judge(*values)
