@@ -75,7 +75,7 @@ class PositiveRandomFeatures(FeatureMap):
 
     def key(self, k):
         wx, half_sq = self._wx(k)
-        return wx - half_sq
+        return wx.sub_(half_sq)  # wx is a fresh temporary (the matmul keeps its inputs, not its output)
 
 
 class TrigRandomFeatures(FeatureMap):

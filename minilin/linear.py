@@ -224,6 +224,11 @@ def _compute_dtype(t):
     return torch.float32 if t.dtype in (torch.float16, torch.bfloat16) else t.dtype
 
 
+def _own(t, source):
+    """t itself if it is a fresh temporary, else a copy: in-place shifts must never touch the caller's tensor."""
+    return t.clone() if t.untyped_storage().data_ptr() == source.untyped_storage().data_ptr() else t
+
+
 def _shift(eq, c):
     """s_i = max_f (e_q,if + C_if): the exponent of query i's largest term (−inf, no visible key: 0)."""
     s = (eq + c).detach().amax(dim=-1, keepdim=True)
@@ -288,19 +293,22 @@ def linear_attention(q, k, v, *, feature_map, mask=None, causal=False, chunk_siz
             fk = torch.softmax(ek, dim=-2)
             fk = torch.where(torch.isnan(fk) & (ek == float("-inf")), torch.zeros_like(fk), fk)  # all padded: 0
             return global_linear_attention(torch.softmax(eq, dim=-1), fk, v).to(out_dtype)
+        ek, eq = _own(ek, k), _own(eq, q)  # the shifts below work in place on these (N, F) temporaries
         c = ek.detach().amax(dim=-2, keepdim=True)  # (B, H, 1, F) per-feature max over the keys
         c = torch.where(c == float("-inf"), torch.zeros_like(c), c)  # no real key: any finite scale
-        fk = torch.exp(ek - c)  # ≤ 1
-        fq = torch.exp(eq + c - _shift(eq, c))  # ≤ 1, the largest term of each row's normaliser = 1
+        fk = ek.sub_(c).exp_()  # ≤ 1
+        eq = eq.add_(c)
+        s = eq.detach().amax(dim=-1, keepdim=True)
+        fq = eq.sub_(torch.where(s == float("-inf"), torch.zeros_like(s), s)).exp_()  # ≤ 1, row's largest term = 1
         return global_linear_attention(fq, fk, v).to(out_dtype)
     # causal: one running scale per key position (the largest exponent over features and positions so far),
     # carried through the scan as a log-scale, and each query on its own row max; both cancel in the ratio
     finite = torch.where(torch.isfinite(ek), ek, torch.full_like(ek, -float("inf"))).detach()  # NaN/inf keys
     top = finite.amax(dim=-1)  # set no scale: they reach exactly the outputs that see them, no earlier one
     r = torch.cummax(top, dim=-1).values.clamp(min=_floor(dtype))  # (B, H, M), never the future
-    fk = torch.exp(ek - r[..., None])  # ≤ 1
+    fk = _own(ek, k).sub_(r[..., None]).exp_()  # ≤ 1
     row = eq.detach().amax(dim=-1, keepdim=True)
-    fq = torch.exp(eq - torch.where(torch.isfinite(row), row, torch.zeros_like(row)))  # ≤ 1
+    fq = _own(eq, q).sub_(torch.where(torch.isfinite(row), row, torch.zeros_like(row))).exp_()  # ≤ 1
     out, den = _causal(fq, fk, v, chunk_size=chunk_size, k_log_scale=r, bucket_size=bucket_size)
     last = visible_counts(N, M, causal=True, bucket_size=bucket_size, device=q.device) - 1  # (N,); -1: none
     _warn_if_underflow(den, last, mask)
