@@ -271,6 +271,7 @@ def test_cli_writes_csv_and_png_to_results(tmp_path, capsys, monkeypatch):
 
 
 def test_progress_bar_follows_the_config_and_tqdm_disable(capsys, monkeypatch):
+    monkeypatch.delenv("TQDM_DISABLE", raising=False)  # CI sets it; this test sets it itself below
     small = dict(methods=("exact",), lengths=(32,), model_lengths=(32,), rounds=1)
     bench.run(TINY, progress=True, **small)
     assert "bench" in capsys.readouterr().err  # tqdm writes to stderr
