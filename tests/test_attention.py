@@ -15,22 +15,11 @@ from minilin.attention import (
     softmax_attention,
 )
 from minilin.probes import future_leakage, influence_matrix
-from helpers import TOL, qkv
+from helpers import TOL, attention_inputs, qkv
 
 
 
-@st.composite
-def attention_cases(draw):
-    B, H = draw(st.integers(1, 2)), draw(st.integers(1, 3))
-    N, M = draw(st.integers(1, 6)), draw(st.integers(1, 6))
-    D, Dv = draw(st.integers(1, 5)), draw(st.integers(1, 5))
-    causal = draw(st.booleans())
-    use_mask = draw(st.booleans())
-    mask_bits = draw(st.lists(st.booleans(), min_size=B * M, max_size=B * M))
-    seed = draw(st.integers(0, 2**16))
-    q, k, v = qkv(B, H, N, M, D, Dv, seed=seed)
-    mask = torch.tensor(mask_bits).view(B, M) if use_mask else None
-    return q, k, v, mask, causal
+attention_cases = attention_inputs  # (q, k, v, mask, causal)
 
 
 @given(attention_cases())

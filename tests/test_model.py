@@ -28,14 +28,9 @@ from minilin.probes import future_leakage
 TOL = 1e-10  # float64: step-by-step and full-sequence paths differ only by summation order (~1e-15)
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Models this small gain nothing from intra-op threads, and on a busy runner spinning OpenMP threads
-    made these tests 10-40x slower (measured): run them on one thread, then restore the setting."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+# Models this small gain nothing from intra-op threads, and on a busy runner spinning OpenMP threads made
+# these tests 10-40x slower (measured): one thread (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def tiny(attention="exact", positions="learned", seed=0, scale=0.3, **kw):
@@ -81,7 +76,10 @@ def test_untrained_loss_is_near_log_vocab():
     assert abs(loss.item() - math.log(256)) < 0.05
 
 
-@pytest.mark.parametrize("attention", ["exact", "sdpa", "performer", "efficient", "linear", ["performer", "exact"]])
+CAUSAL_KINDS = ["exact", "sdpa", "performer", "linear", "efficient", ["performer", "exact"]]  # a hybrid last
+
+
+@pytest.mark.parametrize("attention", CAUSAL_KINDS)
 @pytest.mark.parametrize("positions", ["learned", "rope"])
 def test_causal_models_do_not_see_the_future(attention, positions):
     model = tiny(attention, positions)
@@ -116,7 +114,7 @@ def test_causal_linformer_is_a_clear_error():
         model.generate(ids(1, 4), 3)
 
 
-@pytest.mark.parametrize("attention", ["exact", "sdpa", "performer", "linear", "efficient", ["performer", "exact"]])
+@pytest.mark.parametrize("attention", CAUSAL_KINDS)
 @pytest.mark.parametrize("positions", ["learned", "rope"])
 def test_step_by_step_equals_full_forward(attention, positions):
     model = tiny(attention, positions)

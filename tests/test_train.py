@@ -41,14 +41,9 @@ from minilin.train import (
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Models this small gain nothing from intra-op threads, and on a busy runner spinning OpenMP threads
-    made these tests 10-40x slower (measured): run them on one thread, then restore the setting."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+# Models this small gain nothing from intra-op threads, and on a busy runner spinning OpenMP threads made
+# these tests 10-40x slower (measured): one thread (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def small(**kw):
