@@ -82,6 +82,16 @@ def library(folder):
     return Path(folder)
 
 
+def _python_under_tmp():
+    """A Python (a virtual environment, say) installed under /tmp would vanish under the sandbox's fresh /tmp:
+    bind its prefix back, read-only, at the same path (only the interpreter's folders, nothing else of /tmp)."""
+    args = []
+    for prefix in sorted({sys.prefix, sys.base_prefix, sys.exec_prefix}):
+        if prefix.startswith("/tmp/") and Path(prefix).is_dir():
+            args += ["--ro-bind", prefix, prefix]
+    return args
+
+
 def command(mode, *, lib, package_parent, inputs, scratch, memory, hide=()):
     """(argv, cwd, env) that start `minilin/grading/child.py` for one learner's files (`lib`: see library)."""
     if mode == "none":
@@ -89,7 +99,7 @@ def command(mode, *, lib, package_parent, inputs, scratch, memory, hide=()):
                 str(inputs), str(scratch), str(memory)]
         return argv, str(scratch), environment(str(scratch))
     argv = [shutil.which("bwrap"), "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
-            "--size", str(TMP_BYTES), "--tmpfs", "/tmp", *_hidden(hide),
+            "--size", str(TMP_BYTES), "--tmpfs", "/tmp", *_python_under_tmp(), *_hidden(hide),
             "--ro-bind", str(PACKAGE), f"{SANDBOX_ROOT}/lib/minilin",
             "--ro-bind", str(Path(package_parent) / "exercises"), f"{SANDBOX_ROOT}/exercises",
             "--ro-bind", str(inputs), f"{SANDBOX_ROOT}/inputs", "--dir", SANDBOX_SCRATCH, "--chdir", SANDBOX_SCRATCH,
