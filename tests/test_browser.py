@@ -1,5 +1,6 @@
 """A learner's first steps, in a real browser: JupyterLab at the course folder, notebooks 00 and 01 run from the
-Kernel menu, an exercise file opened from the file browser, and a terminal that opens in the course folder.
+Kernel menu, an exercise file opened from the file browser, and a terminal that opens in the course folder. Then
+the attention explorer of notebook 08 (`minilin.explore`): a slider moved from the keyboard redraws its figure.
 
 The course (notebooks 00 and 01, exercises/) is copied into tmp_path, so running and autosaving never touch the
 committed notebooks. JupyterLab listens on 127.0.0.1 with a token; Chromium is the system's (`chromium` on
@@ -293,3 +294,49 @@ def learner_path(page, lab, course, tmp_path):
     page.screenshot(path=str(shot))
     print(f"terminal: opens in the course folder, screenshot {shot}")
     assert Path(folder).resolve() == course.resolve(), f"a new terminal opens in {folder}, not the course folder"
+
+
+EXPLORER_CELL = """import torch
+from minilin.explore import AttentionExplorer
+g = torch.Generator().manual_seed(0)
+q, k, v = (torch.randn(48, 16, generator=g, dtype=torch.float64) for _ in range(3))
+explorer = AttentionExplorer(q, k, v, title="random q, k, v")
+explorer.widget(sigma=1.0, proj_len=8, nb_features=16)"""
+
+
+def test_a_slider_redraws_the_attention_explorer(page, lab, course, tmp_path):
+    """Notebook 08's explorer (the same AttentionExplorer.widget) on random q, k, v, so that no model has to train
+    in the browser: move the Performer m slider one stop with the keyboard; the figure and the errors change."""
+    import nbformat
+    nb = nbformat.v4.new_notebook(metadata={"kernelspec": {"name": "python3", "display_name": "Python 3",
+                                                           "language": "python"}})
+    nb.cells = [nbformat.v4.new_code_cell(EXPLORER_CELL)]
+    nbformat.write(nb, course / "notebooks" / "explorer.ipynb")
+    url = f"{lab}/lab/tree/notebooks/explorer.ipynb?token={TOKEN}&reset"
+    try:
+        page.goto(url)
+        page.locator(".jp-Notebook .jp-Cell").first.wait_for()
+        state = run_all(page, url, timeout=180)
+        assert not state["errors"], "\n".join(state["errors"])[-3000:]
+        slider = page.locator(".widget-hslider", has_text="Performer m")
+        readout = slider.locator(".widget-readout")
+        figure = page.locator(".widget-output img").first
+        table = page.locator(".widget-output table").first
+        figure.wait_for()
+        before = {"m": readout.inner_text(), "png": figure.get_attribute("src"), "table": table.inner_text()}
+        assert before["m"] == "16", before["m"]
+        page.screenshot(path=str(tmp_path / "explorer_before.png"))
+        slider.locator(".noUi-handle").focus()
+        page.keyboard.press("ArrowRight")   # one stop: m = 16 -> 64
+        wait_until(lambda: readout.inner_text() == "64" and figure.get_attribute("src") != before["png"], 60,
+                   "the figure redrawn for m = 64")
+        after = table.inner_text()
+        page.screenshot(path=str(tmp_path / "explorer_after.png"))
+        print(f"explorer: m 16 -> 64 redrew the figure; errors before:\n{before['table']}\nafter:\n{after}")
+        rows = lambda text: {line.split()[0]: line.split()[1:] for line in text.splitlines()[1:]}
+        assert rows(after)["FAVOR+"] != rows(before["table"])["FAVOR+"]          # FAVOR+ redrawn with m = 64
+        assert rows(after)["Linformer"] == rows(before["table"])["Linformer"]    # the other knobs' maps did not move
+    except BaseException:
+        page.screenshot(path=str(tmp_path / "failure.png"))
+        print(f"the page when the test failed: {tmp_path / 'failure.png'}")
+        raise

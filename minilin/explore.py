@@ -1,0 +1,186 @@
+"""One head's attention map redrawn by four attentions on the same queries and keys, and a slider explorer.
+
+Given the q, k (and v) one attention head computed on one input, `attention_maps` returns the (N, N) map each
+attention applies to the values (output = map @ v):
+
+- exact:     softmax(σ²·q kᵀ/√d)
+- Linformer: softmax(σ²·q (E k)ᵀ/√d) E with a random JL projection E ~ N(0, 1/k), (k, N), used for keys and
+             values alike (what an untrained Linformer does with these q, k; training would learn E)
+- FAVOR+:    φ(σq) φ(σk)ᵀ with rows normalised; m positive orthogonal random features (Performer)
+- elu+1:     φ(σq) φ(σk)ᵀ with rows normalised; φ = elu + 1 (Katharopoulos et al.), no randomness
+
+σ multiplies q and k (σ = 1: the head as trained), so σ² scales the logits: large σ sharpens exact attention.
+`AttentionExplorer` draws the four maps on one colour scale with each map's error against exact attention, and
+`AttentionExplorer.widget()` adds ipywidgets sliders for σ, k and m that redraw them.
+"""
+import math
+
+import torch
+
+from minilin.attention import attention_matrix
+from minilin.feature_maps import elu_plus_one
+from minilin.performer import orthogonal_gaussian, positive_features
+
+MAPS = ("exact", "Linformer", "FAVOR+", "elu+1")
+PROJ_LENS = (4, 8, 16, 32, 64, 128, 256, 512)            # the k slider's stops (those ≤ N are offered)
+FEATURE_COUNTS = (4, 16, 64, 256, 1024)                  # the m slider's stops
+SIGMAS = (0.125, 0.18, 0.25, 0.35, 0.5, 0.71, 1.0, 1.41, 2.0)  # the σ slider's stops (about factors of √2)
+
+
+def layer_inputs(model, idx, *, layer=0):
+    """What a TinyLM layer's attention mixes on input `idx` (B, N): q, k, v of shape (B, H, N, Dh), after the
+    rotary embedding (if any), computed with the model's own modules."""
+    if not 0 <= layer < len(model.blocks):
+        raise ValueError(f"layer must be in [0, {len(model.blocks)}), got {layer}")
+    x = model.embed(idx)
+    for block in model.blocks[:layer]:
+        x = block(x, causal=model.config.causal)
+    block = model.blocks[layer]
+    q, k, v = block.attn.project(block.ln1(x))
+    if block.attn.rotary is not None:
+        q, k = block.attn.rotary(q, k, 0)
+    return q, k, v
+
+
+def _check_head(q, k, v=None):
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if t is not None and (not isinstance(t, torch.Tensor) or t.ndim != 2 or not t.is_floating_point()):
+            got = f"{t.dtype} {tuple(t.shape)}" if isinstance(t, torch.Tensor) else type(t).__name__
+            raise ValueError(f"{name} must be one head's (N, D) floating-point tensor, got {got}; "
+                             f"pick a head first, e.g. q[0, 0] of a (B, H, N, D) tensor")
+    if q.shape != k.shape or (v is not None and v.shape[0] != k.shape[0]):
+        raise ValueError(f"q, k, v must have the same length N (and q, k the same D): got q {tuple(q.shape)}, "
+                         f"k {tuple(k.shape)}" + ("" if v is None else f", v {tuple(v.shape)}"))
+
+
+def _row_normalised(w, name):
+    total = w.sum(-1, keepdim=True)
+    if not bool((total > 0).all()) or not bool(torch.isfinite(w).all()):
+        raise FloatingPointError(f"{name}: a row's weights are not finite or sum to 0 at this input scale; "
+                                 f"use float64 inputs or a smaller σ")
+    return w / total
+
+
+def attention_maps(q, k, *, sigma=1.0, proj_len=32, nb_features=64, seed=0):
+    """{name: (N, N) map} for MAPS on one head's q, k (N, D): output = map @ v (see the module docstring).
+
+    seed fixes Linformer's E (generator seed) and FAVOR+'s projection (seed + 1), so moving one slider does not
+    redraw the other's randomness. Computed in q's dtype (use float64 for clean comparisons).
+    """
+    _check_head(q, k)
+    n, d = k.shape
+    if not (sigma > 0 and math.isfinite(sigma)):
+        raise ValueError(f"sigma must be a positive number, got {sigma}")
+    if not (isinstance(proj_len, int) and 1 <= proj_len) or not (isinstance(nb_features, int) and nb_features >= 1):
+        raise ValueError(f"proj_len (k) and nb_features (m) must be positive ints, got {proj_len!r}, {nb_features!r}")
+    q, k = sigma * q, sigma * k
+    E = torch.randn(proj_len, n, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    E = (E / math.sqrt(proj_len)).to(q)                                        # (k, N), JL scaling
+    W = orthogonal_gaussian(nb_features, d, generator=torch.Generator().manual_seed(seed + 1), dtype=q.dtype)
+    favor = positive_features(q, W, is_query=True) @ positive_features(k, W, is_query=False).T   # (N, N)
+    elu = elu_plus_one.query(q) @ elu_plus_one.key(k).T
+    return {"exact": attention_matrix(q[None, None], k[None, None])[0, 0],
+            "Linformer": attention_matrix(q[None, None], (E @ k)[None, None])[0, 0] @ E,
+            "FAVOR+": _row_normalised(favor, "FAVOR+"),
+            "elu+1": _row_normalised(elu, "elu+1")}
+
+
+def map_errors(maps, v, rows=None):
+    """Each map's relative error against maps["exact"] over `rows` (a slice or index; None = all):
+    {name: {"map": ‖P̂ − P‖_F / ‖P‖_F, "output": ‖(P̂ − P) v‖_F / ‖P v‖_F}}."""
+    rows = slice(None) if rows is None else rows
+    exact = maps["exact"][rows]
+    out = {}
+    for name, m in maps.items():
+        diff = m[rows] - exact
+        out[name] = {"map": float(diff.norm() / exact.norm()), "output": float((diff @ v).norm() / (exact @ v).norm())}
+    return out
+
+
+class AttentionExplorer:
+    """The four maps of one head side by side, on one colour scale, with their errors against exact attention.
+
+    q, k, v: one head's (N, D) tensors (e.g. layer_inputs(...)[i][0, h]); rows: which query rows to draw and
+    score (a slice; default all); row_label/col_label: axis labels; title: the figure's title.
+    figure(...) draws one setting (for a static figure); widget() returns sliders + the redrawn figure.
+    """
+
+    def __init__(self, q, k, v, *, rows=None, row_label="query position", col_label="key position", title="",
+                 seed=0):
+        _check_head(q, k, v)
+        self.q, self.k, self.v = q, k, v
+        self.rows = slice(None) if rows is None else rows
+        self.row_label, self.col_label, self.title, self.seed = row_label, col_label, title, seed
+        self.proj_lens = [p for p in PROJ_LENS if p <= k.shape[0]] or [k.shape[0]]
+        self.last = None   # (settings, errors) of the latest drawing
+
+    def compute(self, sigma=1.0, proj_len=32, nb_features=64):
+        """(maps, errors) for one setting; maps are the drawn rows only."""
+        maps = attention_maps(self.q, self.k, sigma=sigma, proj_len=proj_len, nb_features=nb_features,
+                              seed=self.seed)
+        errors = map_errors(maps, self.v, self.rows)
+        return {name: m[self.rows] for name, m in maps.items()}, errors
+
+    def error_table(self, errors):
+        import pandas as pd
+        return pd.DataFrame({"map error": {n: round(e["map"], 3) for n, e in errors.items() if n != "exact"},
+                             "output error": {n: round(e["output"], 3) for n, e in errors.items() if n != "exact"}})
+
+    def figure(self, sigma=1.0, proj_len=32, nb_features=64):
+        """A matplotlib figure of the four maps at one setting (one shared colour scale); sets self.last."""
+        import matplotlib.pyplot as plt
+        maps, errors = self.compute(sigma, proj_len, nb_features)
+        lo = min(0.0, min(float(m.min()) for m in maps.values()))   # Linformer's map can dip below 0
+        hi = max(float(m.max()) for m in maps.values())
+        fig, axes = plt.subplots(1, 4, figsize=(16, 4.2), constrained_layout=True)
+        for ax, (name, m) in zip(axes, maps.items()):
+            image = ax.imshow(m.detach().cpu().numpy(), cmap="magma", vmin=lo, vmax=hi, aspect="auto",
+                              interpolation="nearest")
+            detail = {"exact": "", "Linformer": f", k={proj_len} (random E)", "FAVOR+": f", m={nb_features}",
+                      "elu+1": ""}[name]
+            err = "" if name == "exact" else f"\nerror: map {errors[name]['map']:.2f}, output {errors[name]['output']:.2f}"
+            ax.set(title=f"{name}{detail}{err}", xlabel=self.col_label, xticks=[], yticks=[])
+        axes[0].set_ylabel(self.row_label)
+        fig.colorbar(image, ax=axes, shrink=0.9, label="attention weight (one scale for all four)")
+        fig.suptitle(f"{self.title}  σ = {sigma:g} (q, k scaled by σ)".strip())
+        self.last = ({"sigma": sigma, "proj_len": proj_len, "nb_features": nb_features}, errors)
+        return fig
+
+    def widget(self, sigma=1.0, proj_len=32, nb_features=64):
+        """Sliders for σ, k and m over the figure; moving one redraws the four maps and the error table."""
+        import ipywidgets as widgets
+        import matplotlib.pyplot as plt
+        from IPython.display import display
+
+        style = {"description_width": "initial"}
+        sliders = {
+            "sigma": widgets.SelectionSlider(options=list(SIGMAS), value=_nearest(SIGMAS, sigma),
+                                             description="σ (scale of q and k)", style=style,
+                                             continuous_update=False),
+            "proj_len": widgets.SelectionSlider(options=self.proj_lens, value=_nearest(self.proj_lens, proj_len),
+                                                description="Linformer k", style=style, continuous_update=False),
+            "nb_features": widgets.SelectionSlider(options=list(FEATURE_COUNTS),
+                                                   value=_nearest(FEATURE_COUNTS, nb_features),
+                                                   description="Performer m", style=style, continuous_update=False),
+        }
+        out = widgets.Output()
+
+        def redraw(_=None):
+            settings = {name: s.value for name, s in sliders.items()}
+            with out:
+                out.clear_output(wait=True)
+                fig = self.figure(**settings)
+                display(fig)
+                plt.close(fig)
+                display(self.error_table(self.last[1]))
+
+        for s in sliders.values():
+            s.observe(redraw, names="value")
+        redraw()
+        box = widgets.VBox([widgets.HBox(list(sliders.values())), out])
+        box.sliders, box.redraw = sliders, redraw   # for checks: set a slider's value, read self.last
+        return box
+
+
+def _nearest(options, value):
+    return min(options, key=lambda o: abs(math.log(o) - math.log(value)))
