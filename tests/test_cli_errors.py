@@ -44,6 +44,12 @@ BAD = [
     ("train-unknown-option", ["train", "--stpes", "3"], "--stpes"),
     ("train-compare-unknown", ["train", *TINY, "--compare", "exact,foo"], "choose from"),
     ("train-compare-with-out", ["train", *TINY, "--compare", "exact", "--out", "{tmp}/x.pt"], "--out"),
+    ("train-step-time-one-model", ["train", *TINY, "--step-time", "sdpa"], "at least two"),
+    ("train-step-time-unknown", ["train", *TINY, "--step-time", "sdpa,foo"], "choose from"),
+    ("train-step-time-with-compare", ["train", *TINY, "--step-time", "sdpa,exact", "--compare", "exact"],
+     "--compare"),
+    ("train-rounds-without-step-time", ["train", *TINY, "--rounds", "3"], "--step-time"),
+    ("train-rounds-0", ["train", *TINY, "--step-time", "sdpa,exact", "--rounds", "0"], "--rounds"),
     # train: values that are only wrong together or on this machine (caught before the first step)
     ("train-linformer-causal", ["train", *TINY, "--attention", "linformer"], "--objective mlm"),
     ("train-data-missing", ["train", *TINY, "--data", "{tmp}/missing.txt"], "missing.txt"),

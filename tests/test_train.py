@@ -538,3 +538,28 @@ def test_compare_csv_has_a_row_per_run_under_a_command_machine_date_header(tmp_p
 def test_compare_options_misused_are_one_line_errors(argv, needle):
     with pytest.raises(UsageError, match=needle):
         main([*TINY, *argv])
+
+
+def test_step_time_interleaves_models_and_reports_ratios_to_the_first(corpus, monkeypatch, capsys):
+    from minilin.train import steptime
+    calls = []
+    real_build = steptime.build_model
+
+    def counting_build(model_config, arch):  # record each training step's model by wrapping forward
+        model = real_build(model_config, arch)
+        name = arch if arch != "tinylm" else model_config.attention
+        forward = model.forward
+        model.forward = lambda *a, **k: (calls.append(name), forward(*a, **k))[1]
+        return model
+    monkeypatch.setattr(steptime, "build_model", counting_build)
+    result = steptime.step_times(["exact", "torch-encoder"], small(), rounds=3, steps=2, data=corpus)
+    # one warm-up step each, then 3 rounds x 2 steps each; the order rotates every round
+    assert calls == ["exact", "torch-encoder"] + ["exact"] * 2 + ["torch-encoder"] * 2 + \
+        ["torch-encoder"] * 2 + ["exact"] * 2 + ["exact"] * 2 + ["torch-encoder"] * 2
+    assert result["exact"]["ratio"] == 1.0 and result["exact"]["ratio_iqr"] == (1.0, 1.0)
+    r = result["torch-encoder"]
+    assert r["ms"] > 0 and r["ms_iqr"][0] <= r["ms"] <= r["ms_iqr"][1] and r["ratio_iqr"][0] <= r["ratio"]
+    monkeypatch.undo()
+    assert main([*TINY, "--step-time", "sdpa,exact", "--rounds", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "time / sdpa" in out and "2 interleaved rounds" in out and out.count("[") >= 4

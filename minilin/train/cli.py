@@ -7,6 +7,7 @@
     python -m minilin train --recipe plain                               # AdamW's defaults, constant lr
     python -m minilin train --compare torch-encoder,exact,performer --csv results/lm.csv   # the fair benchmark
     python -m minilin train --compare torch-encoder,sdpa --quick         # one recipe, 3 seeds
+    python -m minilin train --step-time sdpa,torch-encoder               # step time side by side
     torchrun --nproc_per_node=2 -m minilin train --steps 200             # DDP, one process per device
 
 A checkpoint goes to checkpoints/lm.pt in the current folder unless --out says otherwise (--no-save: none);
@@ -20,6 +21,8 @@ Recipes (--recipe): "cosine" (the default: warm-up over steps/10, cosine to lr/1
 1e-3,3e-3,1e-2) with --seeds seeds (default 3), and prints each model's best recipe with its spread over seeds;
 --quick keeps one recipe (the first of --recipe, default cosine) at --lr (default 3e-3), still --seeds seeds.
 --csv PATH writes one row per (model, recipe, lr, seed) as each run ends, under a command/machine/date header.
+--step-time times training steps of several models in interleaved rounds (--rounds, default 7) and prints each
+one's median ms/step and its ratio to the first model, with interquartile ranges (no training, no checkpoint).
 """
 import argparse
 import json
@@ -110,6 +113,11 @@ def build_parser():
     c.add_argument("--seeds", type=positive_int, help="seeds per recipe: --seed, --seed + 1, ... (default 3)")
     c.add_argument("--quick", action="store_true", help="one recipe: the first of --recipe (default cosine) at --lr")
     c.add_argument("--csv", help="write one row per (model, recipe, seed) to this CSV file")
+    s = p.add_argument_group("step time (--step-time)")
+    s.add_argument("--step-time", type=_name_list(tuple(a for a in ARCHS if a != "tinylm") + tuple(ATTENTIONS),
+                                                  "model"),
+                   help="time training steps of several models side by side, e.g. sdpa,torch-encoder")
+    s.add_argument("--rounds", type=positive_int, help="interleaved rounds for --step-time (default 7)")
     return p
 
 
@@ -152,6 +160,10 @@ def _seeds(args, config):
 def main(argv=None):
     """`python -m minilin train`: returns 0 on success; raises UsageError for a mistake in the command."""
     args = build_parser().parse_args(argv)
+    if args.step_time:
+        return _step_time(args)
+    if args.rounds is not None:
+        raise UsageError("--rounds belongs to --step-time: add --step-time MODELS or drop it")
     if args.compare and (args.out or args.resume or args.history):
         raise UsageError("--compare trains several models and writes no checkpoint or history: drop --out, "
                          "--resume and --history")
@@ -215,3 +227,23 @@ def main(argv=None):
         Path(args.history).write_text(json.dumps(history.to_dict()))
     return 0
 
+
+
+def _step_time(args):
+    from minilin.train.steptime import format_step_times, step_times
+    names = [args.step_time] if isinstance(args.step_time, str) else args.step_time
+    if len(names) < 2:
+        raise UsageError("--step-time compares models: give at least two, e.g. --step-time sdpa,torch-encoder")
+    if args.compare or args.resume or args.out or args.history or args.csv:
+        raise UsageError("--step-time only times steps: drop --compare, --resume, --out, --history and --csv")
+    rounds = 7 if args.rounds is None else args.rounds
+    try:
+        config = config_from_args(args)
+        data = check_compare(names, config)
+        device = resolve_device(config.device)
+    except ValueError as err:
+        raise UsageError(str(err)) from None
+    result = step_times(names, config, rounds=rounds, steps=5, device=device, data=data)
+    print(format_step_times(result, names, config, rounds, 5))
+    print(f"device {device}, torch {torch.__version__}, {torch.get_num_threads()} threads")
+    return 0
