@@ -4,8 +4,9 @@ Given the q, k (and v) one attention head computed on one input, `attention_maps
 attention applies to the values (output = map @ v):
 
 - exact:     softmax(σ²·q kᵀ/√d)
-- Linformer: softmax(σ²·q (E k)ᵀ/√d) E with a random JL projection E ~ N(0, 1/k), (k, N), used for keys and
-             values alike (what an untrained Linformer does with these q, k; training would learn E)
+- Linformer: softmax(σ²·q (E k)ᵀ/√d) E with a random Gaussian E ~ N(0, 1/k), (k, N), used for keys and values
+             alike (E = F): a random projection of these keys and values, as in the Linformer paper's
+             Theorem 2 construction; a trained Linformer learns its E and F instead
 - FAVOR+:    φ(σq) φ(σk)ᵀ with rows normalised; m positive orthogonal random features (Performer)
 - elu+1:     φ(σq) φ(σk)ᵀ with rows normalised; φ = elu + 1 (Katharopoulos et al.), no randomness
 
@@ -87,11 +88,13 @@ def attention_maps(q, k, *, sigma=1.0, proj_len=32, nb_features=64, seed=0):
 
 def map_errors(maps, v, rows=None):
     """Each map's relative error against maps["exact"] over `rows` (a slice or index; None = all):
-    {name: {"map": ‖P̂ − P‖_F / ‖P‖_F, "output": ‖(P̂ − P) v‖_F / ‖P v‖_F}}."""
+    {name: {"map": ‖P̂ − P‖_F / ‖P‖_F, "output": ‖(P̂ − P) v‖_F / ‖P v‖_F}}, plus "uniform 1/N", the map that
+    averages all N values (a baseline: a map no better than that has learned nothing about this head)."""
     rows = slice(None) if rows is None else rows
     exact = maps["exact"][rows]
     out = {}
-    for name, m in maps.items():
+    uniform = torch.full_like(maps["exact"], 1.0 / maps["exact"].shape[-1])
+    for name, m in {**maps, "uniform 1/N": uniform}.items():
         diff = m[rows] - exact
         out[name] = {"map": float(diff.norm() / exact.norm()), "output": float((diff @ v).norm() / (exact @ v).norm())}
     return out
@@ -122,27 +125,43 @@ class AttentionExplorer:
         return {name: m[self.rows] for name, m in maps.items()}, errors
 
     def error_table(self, errors):
+        """The errors against exact attention as a table (rows: Linformer, FAVOR+, elu+1, uniform 1/N)."""
         import pandas as pd
         return pd.DataFrame({"map error": {n: round(e["map"], 3) for n, e in errors.items() if n != "exact"},
                              "output error": {n: round(e["output"], 3) for n, e in errors.items() if n != "exact"}})
 
     def figure(self, sigma=1.0, proj_len=32, nb_features=64):
-        """A matplotlib figure of the four maps at one setting (one shared colour scale); sets self.last."""
+        """A matplotlib figure of the four maps at one setting; sets self.last.
+
+        exact, FAVOR+ and elu+1 are probability maps: one shared colour scale (square-root, so that weights near
+        1/N stay visible next to the sharp ones). Linformer's map AE has signed entries: its own diverging scale
+        centred on 0, with its own colour bar.
+        """
         import matplotlib.pyplot as plt
+        from matplotlib.colors import PowerNorm
         maps, errors = self.compute(sigma, proj_len, nb_features)
-        lo = min(0.0, min(float(m.min()) for m in maps.values()))   # Linformer's map can dip below 0
-        hi = max(float(m.max()) for m in maps.values())
-        fig, axes = plt.subplots(1, 4, figsize=(16, 4.2), constrained_layout=True)
-        for ax, (name, m) in zip(axes, maps.items()):
-            image = ax.imshow(m.detach().cpu().numpy(), cmap="magma", vmin=lo, vmax=hi, aspect="auto",
-                              interpolation="nearest")
+        order = ("exact", "FAVOR+", "elu+1", "Linformer")
+        hi = max(float(maps[name].max()) for name in order[:3])
+        edge = float(maps["Linformer"].abs().max())
+        fig, axes = plt.subplots(1, 4, figsize=(17, 4.4), constrained_layout=True)
+        images = {}
+        for ax, name in zip(axes, order):
+            m = maps[name].detach().cpu().numpy()
+            if name == "Linformer":
+                images[name] = ax.imshow(m, cmap="RdBu_r", vmin=-edge, vmax=edge, aspect="auto",
+                                         interpolation="nearest")
+            else:
+                images[name] = ax.imshow(m, cmap="magma", norm=PowerNorm(0.5, vmin=0.0, vmax=hi), aspect="auto",
+                                         interpolation="nearest")
             detail = {"exact": "", "Linformer": f", k={proj_len} (random E)", "FAVOR+": f", m={nb_features}",
                       "elu+1": ""}[name]
             err = "" if name == "exact" else f"\nerror: map {errors[name]['map']:.2f}, output {errors[name]['output']:.2f}"
             ax.set(title=f"{name}{detail}{err}", xlabel=self.col_label, xticks=[], yticks=[])
         axes[0].set_ylabel(self.row_label)
-        fig.colorbar(image, ax=axes, shrink=0.9, label="attention weight (one scale for all four)")
-        fig.suptitle(f"{self.title}  σ = {sigma:g} (q, k scaled by σ)".strip())
+        fig.colorbar(images["exact"], ax=axes[:3], shrink=0.9, label="attention weight (one scale, square-root)")
+        fig.colorbar(images["Linformer"], ax=axes[3], shrink=0.9, label="map entry (signed)")
+        fig.suptitle(f"{self.title}  σ = {sigma:g} (q, k scaled by σ); all-uniform map's error: "
+                     f"{errors['uniform 1/N']['map']:.2f}".strip())
         self.last = ({"sigma": sigma, "proj_len": proj_len, "nb_features": nb_features}, errors)
         return fig
 

@@ -49,6 +49,9 @@ def test_errors_are_relative_to_exact_and_fall_with_features_on_soft_maps():
     few = map_errors(attention_maps(q, k, sigma=0.2, nb_features=4), v)
     many = map_errors(attention_maps(q, k, sigma=0.2, nb_features=1024), v)
     assert few["exact"] == {"map": 0.0, "output": 0.0}
+    uniform = torch.full((64, 64), 1 / 64, dtype=torch.float64)
+    exact = attention_maps(q, k, sigma=0.2)["exact"]
+    assert few["uniform 1/N"]["map"] == pytest.approx(float((uniform - exact).norm() / exact.norm()), rel=1e-12)
     assert many["FAVOR+"]["map"] < 0.5 * few["FAVOR+"]["map"]
     rows = slice(10, 20)
     maps = attention_maps(q, k)
@@ -93,9 +96,13 @@ def test_figure_uses_one_colour_scale_and_the_widget_redraws():
     q, k, v = head(n=40)
     explorer = AttentionExplorer(q, k, v, rows=slice(20, 40))
     fig = explorer.figure(sigma=1.0, proj_len=8, nb_features=16)
-    images = [ax.images[0] for ax in fig.axes if ax.images]
-    assert len(images) == 4 and len({im.get_clim() for im in images}) == 1
-    assert images[0].get_array().shape == (20, 40)
+    images = {ax.get_title().split(",")[0].split("\n")[0]: ax.images[0] for ax in fig.axes if ax.images}
+    assert sorted(images) == sorted(["exact", "FAVOR+", "elu+1", "Linformer"])
+    probability = [images[name] for name in ("exact", "FAVOR+", "elu+1")]
+    assert len({im.get_clim() for im in probability}) == 1 and probability[0].get_clim()[0] == 0  # one scale
+    lo, hi = images["Linformer"].get_clim()
+    assert lo == -hi and hi == pytest.approx(float(images["Linformer"].get_array().__abs__().max()))  # centred
+    assert images["exact"].get_array().shape == (20, 40)
     plt.close(fig)
     box = explorer.widget(sigma=1.0, proj_len=8, nb_features=16)
     assert explorer.last[0] == {"sigma": 1.0, "proj_len": 8, "nb_features": 16}
