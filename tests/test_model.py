@@ -69,11 +69,20 @@ def test_forward_shapes_and_loss_is_the_shifted_cross_entropy():
                                                                     y[:, 12:].reshape(-1)))
 
 
-def test_untrained_loss_is_near_log_vocab():
+def test_init_scales_and_the_untrained_loss():
     torch.manual_seed(0)
-    model = TinyLM(LMConfig(block_size=32, dim=32))  # GPT-2 init: nearly uniform predictions
-    _, loss = model(ids(4, 32), ids(4, 32, seed=1))
-    assert abs(loss.item() - math.log(256)) < 0.05
+    model = TinyLM(LMConfig(block_size=32, dim=64, depth=2))
+    assert abs(model.tok_emb.weight.std().item() - 1) < 0.05 and abs(model.pos_emb.weight.std().item() - 1) < 0.1
+    fc = model.blocks[0].mlp.fc.weight                        # (256, 64): N(0, 1/64)
+    assert abs(fc.std().item() * 64 ** 0.5 - 1) < 0.05
+    for block in model.blocks:                                # residual projections: 1/sqrt(fan_in) / sqrt(2 depth)
+        for proj in (block.attn.to_out, block.mlp.proj):
+            assert abs(proj.weight.std().item() * (proj.in_features * 4) ** 0.5 - 1) < 0.1
+    # logits = head(LN(x)) with unit-variance features and N(0, 1/d) weights: std about 1, so the untrained loss
+    # is about ln 256 + 1/2 (E log-sum-exp of 256 standard normals)
+    logits, loss = model(ids(8, 32), ids(8, 32, seed=1))
+    assert abs(logits.std().item() - 1) < 0.15
+    assert abs(loss.item() - (math.log(256) + 0.5)) < 0.2
 
 
 CAUSAL_KINDS = ["exact", "sdpa", "performer", "linear", "efficient", ["performer", "exact"]]  # a hybrid last

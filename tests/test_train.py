@@ -517,14 +517,14 @@ def test_compare_csv_has_a_row_per_run_under_a_command_machine_date_header(tmp_p
     path = tmp_path / "sub" / "sweep.csv"
     assert main([*TINY, "--compare", "exact,torch-encoder", "--quick", "--seeds", "2", "--csv", str(path)]) == 0
     out = capsys.readouterr().out
-    assert "cosine lr=0.003" in out and "vs best" in out
+    assert "cosine lr=0.01" in out and "vs best" in out
     lines = path.read_text().splitlines()
     assert [line.split(":")[0] for line in lines[:4]] == ["# command", "# machine", "# date", "# sweep"]
     assert "--compare exact,torch-encoder --quick" in lines[0] and lines[4] == ",".join(CSV_FIELDS)
     rows = csv_rows(path)
     assert [(r["model"], r["recipe"], r["seed"]) for r in rows] == [
         ("exact", "cosine", 0), ("torch-encoder", "cosine", 0), ("exact", "cosine", 1), ("torch-encoder", "cosine", 1)]
-    assert all(r["val_bits_per_byte"] > 0 and r["ms_per_step"] > 0 and r["lr"] == 3e-3 for r in rows)
+    assert all(r["val_bits_per_byte"] > 0 and r["ms_per_step"] > 0 and r["lr"] == 1e-2 for r in rows)
     # the full sweep: both recipes at each rate of --lrs
     assert main([*TINY, "--compare", "exact", "--lrs", "1e-3,2e-3", "--seeds", "1", "--csv", str(path)]) == 0
     swept = {(r["recipe"], r["lr"]) for r in csv_rows(path)}

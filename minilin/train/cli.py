@@ -19,7 +19,7 @@ Recipes (--recipe): "cosine" (the default: warm-up over steps/10, cosine to lr/1
 0.01, betas (0.9, 0.999), no warm-up, no clipping); options given explicitly (--warmup, ...) override them.
 --compare trains every model under every recipe of --recipe (default: both) at every rate of --lrs (default
 1e-3,3e-3,1e-2) with --seeds seeds (default 3), and prints each model's best recipe with its spread over seeds;
---quick keeps one recipe (the first of --recipe, default cosine) at --lr (default 3e-3), still --seeds seeds.
+--quick keeps one recipe (the first of --recipe, default cosine) at --lr (default 1e-2), still --seeds seeds.
 --csv PATH writes one row per (model, recipe, lr, seed) as each run ends, under a command/machine/date header.
 --step-time times training steps of several models in interleaved rounds (--rounds, default 7) and prints each
 one's median ms/step and its ratio to the first model, with interquartile ranges (no training, no checkpoint).

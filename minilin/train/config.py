@@ -13,14 +13,14 @@ DEFAULT_OUT = "checkpoints/lm.pt"  # where `python -m minilin train` writes, rel
 
 @dataclass
 class TrainConfig:
-    """Everything a run depends on. Defaults: the anchor benchmark (600 steps, batch 16, AdamW 3e-3)."""
+    """Everything a run depends on. Defaults: the reference run (600 steps, batch 16, AdamW 1e-2, warm-up + cosine)."""
     model: LMConfig = field(default_factory=LMConfig)
     arch: str = "tinylm"            # or "torch-encoder" (the anchor), "linear-attention-transformer"
     data: str = "pydoc"             # "pydoc", a UTF-8 file path, or a task: "recall", "copy"
     objective: str = "clm"          # text corpora: "clm" (next byte) or "mlm" (masked bytes)
     steps: int = 600
     batch_size: int = 16            # per process under DDP
-    lr: float = 3e-3
+    lr: float = 1e-2                # TinyLM learns faster at 1e-2 than at 3e-3 (measured: see TinyLM._init_weights)
     min_lr: float | None = None     # the cosine ends here; None = lr / 10
     warmup: int | None = None       # linear warm-up steps; None = steps / 10
     weight_decay: float = 0.1       # on matrices only (not norms, biases)
