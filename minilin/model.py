@@ -28,6 +28,7 @@ from minilin.data import IGNORE, MASK_ID, VOCAB_SIZE
 from minilin.variants import ATTENTIONS, VARIANTS, module_for_layer
 
 POSITIONS = ("learned", "rope", "none")
+INITS = ("fan_in", "gpt2")  # TinyLM's initialisations (see TinyLM._init_weights)
 
 
 @dataclass
@@ -56,6 +57,7 @@ class LMConfig:
     redraw_interval: int | None = 1000  # Performer: redraw features every this many training forwards
     kernel: str = "positive"          # Performer's feature map
     seed: int = 0                     # Performer projection seeds (layer l uses seed + l)
+    init: str = "fan_in"              # "fan_in" (default) or "gpt2": see TinyLM._init_weights
 
     def layer_attention(self):
         """The attention name of each layer (a list of length depth)."""
@@ -190,21 +192,24 @@ class TinyLM(nn.Module):
         self.rotary = Rotary(config.head_dim()) if config.positions == "rope" else None
         for block in self.blocks:
             block.attn.rotary = self.rotary
-        self.apply(self._init_weights)
+        if config.init not in INITS:
+            raise ValueError(f"init must be one of {INITS}, got {config.init!r}")
+        self.apply(self._init_weights if config.init == "fan_in" else self._init_weights_gpt2)
         for block in self.blocks:  # GPT-2: the residual projections scaled down by 1/√(2·depth)
             for proj in (block.attn.to_out, block.mlp.proj):
-                nn.init.normal_(proj.weight, std=proj.in_features ** -0.5 / math.sqrt(2 * config.depth))
+                std = proj.in_features ** -0.5 if config.init == "fan_in" else 0.02
+                nn.init.normal_(proj.weight, std=std / math.sqrt(2 * config.depth))
 
     @staticmethod
     def _init_weights(module):
-        # Embeddings N(0, 1) (as nn.Embedding and nn.TransformerEncoder have), Linear weights N(0, 1/fan_in), zero
-        # biases, residual projections further scaled by 1/√(2·depth) (GPT-2); Linformer's E/F and Performer's
-        # projection are not Linear/Embedding: untouched. Measured at the default shape (L=256, d=128, 2 layers,
-        # batch 16, 600 steps, sdpa, one seed), val bits/byte under recipe plain (constant lr 3e-3, no warm-up) /
-        # cosine (warm-up + cosine) at lr 3e-3 / cosine at lr 1e-2:
-        #   GPT-2 init (every weight N(0, 0.02))          3.19 / 2.46 / 2.30   (plain: from issue #17's table)
-        #   N(0, 1) embeddings, Linear N(0, 0.02)         2.57 / 2.93 / 2.53
-        #   this init                                     2.27 / 2.62 / 2.13
+        # init="fan_in" (the default): embeddings N(0, 1) (as nn.Embedding and nn.TransformerEncoder have), Linear
+        # weights N(0, 1/fan_in), zero biases, residual projections further scaled by 1/√(2·depth) (GPT-2).
+        # Linformer's E/F and Performer's projection are not Linear/Embedding: untouched. Measured at the default
+        # shape (L=256, d=128, 2 layers, batch 16, 600 steps, sdpa, one seed), val bits/byte under recipe plain
+        # (constant lr 3e-3, no warm-up) / cosine (warm-up + cosine) at lr 3e-3 / cosine at lr 1e-2:
+        #   init="gpt2" (every weight N(0, 0.02))           3.19 / 2.46 / 2.30
+        #   N(0, 1) embeddings, Linear N(0, 0.02)           2.57 / 2.93 / 2.53
+        #   init="fan_in"                                   2.27 / 2.62 / 2.13
         # An early Adam step moves each weight by about lr (3e-3): 15% of a 0.02 weight, 3% of a 1/√128 one; the
         # GPT-2 init only trained well behind a warm-up. results/reference/ holds the comparison with
         # nn.TransformerEncoder over recipes and seeds (notebook 07 shows it).
@@ -214,6 +219,18 @@ class TinyLM(nn.Module):
                 nn.init.zeros_(module.bias)
         elif isinstance(module, nn.Embedding):
             nn.init.normal_(module.weight, std=1.0)
+
+    @staticmethod
+    def _init_weights_gpt2(module):
+        # init="gpt2" (GPT-2 / nanoGPT): every Linear and Embedding weight N(0, 0.02²), zero biases; the residual
+        # projections 0.02/√(2·depth). It needs a learning-rate warm-up (see _init_weights); notebook 08's
+        # experiments were designed with it.
+        if isinstance(module, nn.Linear):
+            nn.init.normal_(module.weight, std=0.02)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            nn.init.normal_(module.weight, std=0.02)
 
     def embed(self, idx, offset=0):
         if idx.dtype != torch.long or idx.ndim != 2:

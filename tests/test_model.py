@@ -306,3 +306,13 @@ def test_layerwise_sharing_builds_for_every_projection_kind(projection):
     assert logits.shape == (2, 32, 256)
     if projection != "mean":  # one learned E for the whole model, the same object in every layer
         assert model.blocks[0].attn.E is model.blocks[1].attn.E
+
+
+def test_gpt2_init_is_the_documented_alternative():
+    torch.manual_seed(0)
+    model = TinyLM(LMConfig(block_size=32, dim=64, depth=2, init="gpt2"))
+    assert abs(model.tok_emb.weight.std().item() - 0.02) < 0.002
+    assert abs(model.blocks[0].mlp.fc.weight.std().item() - 0.02) < 0.002
+    assert abs(model.blocks[1].mlp.proj.weight.std().item() - 0.01) < 0.001      # 0.02 / sqrt(2 * depth)
+    with pytest.raises(ValueError, match="init must be one of"):
+        TinyLM(LMConfig(init="xavier"))

@@ -35,7 +35,7 @@ from minilin.checkpoint import check_writable, read_lm_checkpoint
 from minilin.cli import Parser, UsageError, nonnegative_int, positive_float, positive_int
 from minilin.data import TASKS
 from minilin.device import DEVICE_HELP, distributed_env, resolve_device
-from minilin.model import ARCHS, ATTENTIONS, POSITIONS, LMConfig
+from minilin.model import ARCHS, ATTENTIONS, INITS, POSITIONS, LMConfig
 from minilin.train.compare import SWEEP_LRS, CsvWriter, check_compare, compare, format_table
 from minilin.train.config import DEFAULT_OUT, DEFAULT_RECIPE, RECIPES, TrainConfig
 from minilin.train.loop import checkpoint_config, run_steps, start_run
@@ -69,6 +69,7 @@ def build_parser():
     a.add_argument("--attention", type=_name_list(ATTENTIONS, "attention"),
                    help=f"{', '.join(ATTENTIONS)}; a comma list gives one per layer (default {m.attention})")
     a.add_argument("--positions", choices=POSITIONS, help=f"default {m.positions}")
+    a.add_argument("--init", choices=INITS, help=f"TinyLM's initialisation (default {m.init})")
     a.add_argument("--block-size", type=positive_int, help=f"sequence length (default {m.block_size})")
     for name in ("dim", "depth", "heads", "ff_mult"):
         a.add_argument("--" + name.replace("_", "-"), type=positive_int, help=f"default {getattr(m, name)}")
@@ -121,7 +122,7 @@ def build_parser():
     return p
 
 
-MODEL_ARGS = ("attention", "positions", "block_size", "dim", "depth", "heads", "ff_mult", "dropout", "causal",
+MODEL_ARGS = ("attention", "positions", "init", "block_size", "dim", "depth", "heads", "ff_mult", "dropout", "causal",
               "proj_len", "linformer_sharing", "nb_features", "redraw_interval")
 TRAIN_ARGS = ("arch", "data", "objective", "steps", "batch_size", "warmup", "eval_interval", "eval_batches", "seed",
               "ckpt_interval", "lr", "min_lr", "weight_decay", "grad_clip", "ef_lr_scale", "mask_prob", "device")

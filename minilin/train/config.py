@@ -6,7 +6,7 @@ from pathlib import Path
 import torch
 
 from minilin.data import TASKS
-from minilin.model import ARCHS, ATTENTIONS, POSITIONS, LMConfig
+from minilin.model import ARCHS, ATTENTIONS, INITS, POSITIONS, LMConfig
 
 DEFAULT_OUT = "checkpoints/lm.pt"  # where `python -m minilin train` writes, relative to the current folder
 
@@ -106,6 +106,7 @@ RULES = {  # field: (test(value, config), rule); TrainConfig.validate checks the
     "model.block_size": _AT_LEAST_1, "model.dim": _AT_LEAST_1, "model.depth": _AT_LEAST_1,
     "model.heads": _AT_LEAST_1, "model.ff_mult": _AT_LEAST_1, "model.dropout": _UNIT,
     "model.positions": (lambda v, c: v in POSITIONS, f"one of {', '.join(POSITIONS)}"),
+    "model.init": (lambda v, c: v in INITS, f"one of {', '.join(INITS)}"),
     "model.attention": (lambda v, c: all(a in ATTENTIONS for a in _each(v)),
                         f"one of {', '.join(ATTENTIONS)}, or a list with one per layer"),
     "model.proj_len": (lambda v, c: all(k >= 1 for k in _each(v)), "at least 1 (Linformer's projected length)"),
