@@ -167,9 +167,10 @@ class AttentionExplorer:
 
     def widget(self, sigma=1.0, proj_len=32, nb_features=64):
         """Sliders for σ, k and m over the figure; moving one redraws the four maps and the error table."""
+        import io
+
         import ipywidgets as widgets
         import matplotlib.pyplot as plt
-        from IPython.display import display
 
         style = {"description_width": "initial"}
         sliders = {
@@ -182,22 +183,24 @@ class AttentionExplorer:
                                                    value=_nearest(FEATURE_COUNTS, nb_features),
                                                    description="Performer m", style=style, continuous_update=False),
         }
-        out = widgets.Output()
+        # the figure as a PNG in an Image widget and the table as HTML: updating them is a value change, with no
+        # output capture (an Output widget redrawn while a notebook runs unattended can stall the runner)
+        image, table = widgets.Image(format="png"), widgets.HTML()
 
         def redraw(_=None):
             settings = {name: s.value for name, s in sliders.items()}
-            with out:
-                out.clear_output(wait=True)
-                fig = self.figure(**settings)
-                display(fig)
-                plt.close(fig)
-                display(self.error_table(self.last[1]))
+            fig = self.figure(**settings)
+            buffer = io.BytesIO()
+            fig.savefig(buffer, format="png", dpi=80)
+            plt.close(fig)
+            image.value = buffer.getvalue()
+            table.value = self.error_table(self.last[1]).to_html()
 
         for s in sliders.values():
             s.observe(redraw, names="value")
         redraw()
-        box = widgets.VBox([widgets.HBox(list(sliders.values())), out])
-        box.sliders, box.redraw = sliders, redraw   # for checks: set a slider's value, read self.last
+        box = widgets.VBox([widgets.HBox(list(sliders.values())), image, table])
+        box.sliders, box.redraw, box.image, box.table = sliders, redraw, image, table   # for checks
         return box
 
 

@@ -320,8 +320,8 @@ def test_a_slider_redraws_the_attention_explorer(page, lab, course, tmp_path):
         assert not state["errors"], "\n".join(state["errors"])[-3000:]
         slider = page.locator(".widget-hslider", has_text="Performer m")
         readout = slider.locator(".widget-readout")
-        figure = page.locator(".widget-output img").first
-        table = page.locator(".widget-output table").first
+        figure = page.locator("img.widget-image").first
+        table = page.locator(".widget-html table").first
         figure.wait_for()
         before = {"m": readout.inner_text(), "png": figure.get_attribute("src"), "table": table.inner_text()}
         assert before["m"] == "16", before["m"]

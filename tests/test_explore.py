@@ -106,8 +106,10 @@ def test_figure_uses_one_colour_scale_and_the_widget_redraws():
     plt.close(fig)
     box = explorer.widget(sigma=1.0, proj_len=8, nb_features=16)
     assert explorer.last[0] == {"sigma": 1.0, "proj_len": 8, "nb_features": 16}
-    before = explorer.last[1]
+    before, png = explorer.last[1], box.image.value
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and "FAVOR+" in box.table.value
     box.sliders["nb_features"].value = 1024
+    assert box.image.value != png
     assert explorer.last[0]["nb_features"] == 1024 and explorer.last[1]["FAVOR+"] != before["FAVOR+"]
     assert explorer.last[1]["Linformer"] == before["Linformer"]       # only the moved knob's map changes
     assert max(box.sliders["proj_len"].options) <= 40                 # k never exceeds n
