@@ -102,7 +102,7 @@ def summarize(rows):
 
     Each summary: model, params, recipe, n (seeds), mean, std (0 for one seed), lo, hi (min, max over seeds),
     ms_per_step (median over all the model's runs), verdict: "best", "tie" (its lo-hi range overlaps the
-    best model's) or "worse". A recipe with a diverged seed has mean inf and is never the best unless all are.
+    best model's), "worse", or "one seed: no spread" (no range to compare). A recipe with a diverged seed has mean inf and is never the best unless all are.
     """
     by_model = {}
     for r in rows:
@@ -122,8 +122,8 @@ def summarize(rows):
                     "ms_per_step": statistics.median(times) if times else math.nan})
     if out:
         best = min(out, key=lambda s: s["mean"])
-        for s in out:
-            s["verdict"] = ("best" if s is best else
+        for s in out:  # one seed has no spread: no verdict beyond "lowest"
+            s["verdict"] = ("best" if s is best else "one seed: no spread" if min(s["n"], best["n"]) < 2 else
                             "tie" if s["lo"] <= best["hi"] and best["lo"] <= s["hi"] else "worse")
     return out
 
