@@ -13,7 +13,7 @@ Causal or not: `LMConfig.causal` (True = next-byte LM). Linformer cannot be caus
 every position into each projected key, the future included); a causal Linformer model raises ValueError.
 
 Also here: the two reference models we measure TinyLM against — `TransformerEncoderLM` (PyTorch's own
-nn.TransformerEncoder, the benchmark anchor) and `LinearAttentionTransformerBaseline`
+nn.TransformerEncoder, the reference baseline) and `LinearAttentionTransformerBaseline`
 (linear-attention-transformer 0.19.1's LinearAttentionTransformerLM, the library baseline).
 """
 import math
@@ -33,7 +33,7 @@ INITS = ("fan_in", "gpt2")  # TinyLM's initialisations (see TinyLM._init_weights
 
 @dataclass
 class LMConfig:
-    """TinyLM's shape and attention. Defaults: the CPU-sized anchor config (L=256, d=128, 2 layers, 4 heads).
+    """TinyLM's shape and attention. Defaults: the CPU-sized reference config (L=256, d=128, 2 layers, 4 heads).
 
     attention: one name from minilin.variants.ATTENTIONS ("exact", "sdpa", "linformer", "performer",
     "linear", "efficient"), or a list with one name per layer (a hybrid, e.g. ["performer", "exact"]:
@@ -344,7 +344,7 @@ def count_parameters(model):
 # ---- reference models ----------------------------------------------------------------------------------
 
 class TransformerEncoderLM(nn.Module):
-    """The benchmark anchor: PyTorch's own nn.TransformerEncoder as a causal byte LM.
+    """The reference baseline: PyTorch's own nn.TransformerEncoder as a causal byte LM.
 
     Token + learned position embeddings, depth × nn.TransformerEncoderLayer under the square causal mask,
     a linear head; PyTorch's default init. pytorch_defaults=False (arch "torch-encoder"): TinyLM's block
@@ -357,7 +357,7 @@ class TransformerEncoderLM(nn.Module):
         super().__init__()
         config = LMConfig() if config is None else config
         if not config.causal:
-            raise ValueError("TransformerEncoderLM is the causal-LM anchor; use TinyLM for a masked LM")
+            raise ValueError("TransformerEncoderLM is a causal LM only (the reference baseline); use TinyLM for a masked LM")
         self.config = config
         self.tok_emb = nn.Embedding(config.vocab_size + 1, config.dim)
         self.pos_emb = nn.Embedding(config.block_size, config.dim)

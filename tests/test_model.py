@@ -266,7 +266,7 @@ def test_masked_lm_model_reads_the_mask_token():
 
 
 @pytest.mark.parametrize("arch", ["torch-encoder", "torch-encoder-defaults"])
-def test_transformer_encoder_anchor_is_causal(arch):
+def test_transformer_encoder_baseline_is_causal(arch):
     torch.manual_seed(0)
     model = build_model(LMConfig(block_size=16, dim=32), arch).double().eval()
     x = ids(2, 16)

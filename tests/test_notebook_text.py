@@ -69,3 +69,163 @@ def test_executed_in_order_without_errors_or_machine_paths(path):
             text = "".join(out.get("text", [])) if isinstance(out.get("text"), list) else str(out.get("text", ""))
             assert not re.search(r"/(?:work|tmp|root)/", text), f"{path.name}: cell {i} prints a machine path"
     assert counts == sorted(counts), f"{path.name}: cells were executed out of order; restart and run all"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# One structure for every notebook from 01 on: the opening and the body, then these level-2 headings in this
+# order; `## Exercises` where the chapter has an exercise file; `## Appendix...` optional and last.
+ROOT = Path(__file__).resolve().parent.parent
+TAIL = ("Check yourself", "Exercises", "Summary", "Try it yourself", "Answers")
+CODE_FENCE = re.compile(r"```.*?```", re.S)
+
+
+def level2_headings(path):
+    """(cell index, heading text) of every level-2 Markdown heading, in order (code fences skipped)."""
+    found = []
+    for i, c in enumerate(cells(path)):
+        if c["cell_type"] == "markdown":
+            for line in CODE_FENCE.sub("", source(c)).splitlines():
+                if line.startswith("## "):
+                    found.append((i, line[3:].strip()))
+    return found
+
+
+def chapter(path):
+    return int(path.name[:2])
+
+
+def expected_tail(path):
+    has_exercises = any((ROOT / "exercises").glob(f"ex{chapter(path):02d}_*.py"))
+    return [h for h in TAIL if h != "Exercises" or has_exercises]
+
+
+COURSE_NOTEBOOKS = [p for p in NOTEBOOKS if chapter(p) >= 1]
+
+
+@pytest.mark.parametrize("path", COURSE_NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_ends_in_the_course_structure(path):
+    titles = [t for _, t in level2_headings(path)]
+    assert titles, f"{path.name}: no level-2 headings"
+    body_end = titles.index("Check yourself") if "Check yourself" in titles else len(titles)
+    body, tail = titles[:body_end], titles[body_end:]
+    appendix = [t for t in tail if t.startswith("Appendix")]
+    assert not [t for t in body if t in TAIL or t.startswith("Appendix")], (
+        f"{path.name}: {body} — Exercises, Summary, Try it yourself, Answers and Appendix come after Check yourself")
+    assert tail[:len(tail) - len(appendix)] == expected_tail(path), (
+        f"{path.name}: the closing headings are {tail}; expected {expected_tail(path)} (then an optional "
+        f"'## Appendix: ...' last)")
+    assert all(t.startswith("Appendix") for t in tail[len(tail) - len(appendix):]), f"{path.name}: Appendix last"
+
+
+@pytest.mark.parametrize("path", COURSE_NOTEBOOKS, ids=lambda p: p.stem)
+def test_answers_are_folded(path):
+    heads = level2_headings(path)
+    start = next((i for i, t in heads if t == "Answers"), None)
+    assert start is not None, f"{path.name}: no '## Answers' section"
+    end = next((i for i, t in heads if i > start and t != "Answers"), len(cells(path)))
+    text = "".join(source(c) for c in cells(path)[start:end] if c["cell_type"] == "markdown")
+    assert text.count("<details>") >= 1 and text.count("<details>") == text.count("</details>"), (
+        f"{path.name}: answers belong in <details> blocks, opened and closed")
+
+
+def test_start_here_promises_the_structure_the_notebooks_have():
+    text = " ".join(source(c) for c in cells(ROOT / "notebooks" / "00_start_here.ipynb"))
+    positions = [text.find(f"*{h}*") for h in TAIL]
+    assert -1 not in positions and positions == sorted(positions), (
+        "00_start_here must name the closing sections, in order, as *Check yourself*, *Exercises*, *Summary*, "
+        "*Try it yourself*, *Answers*")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# No number without a source. A measured-looking number in Markdown (a decimal, or a number with a unit of time,
+# size, ratio or percent, or bits per byte) must appear, at the stated precision, in an output of the same
+# notebook, in its code (a parameter it sets), or in a committed results/reference/ file the notebook reads; or
+# be a paper's figure on the allow-list below, with its citation.
+PAPER_FIGURES = {
+    # number as written: citation
+    "2006.04768": "arXiv id", "2009.14794": "arXiv id", "2006.16236": "arXiv id", "1812.01243": "arXiv id",
+    "2011.04006": "arXiv id", "1810.04805": "arXiv id",
+    "16 GB": "Linformer (arXiv 2006.04768) Table 3: a 16 GB V100",
+    "4000x": "Katharopoulos et al. (arXiv 2006.16236): 'up to 4000x faster' autoregressive prediction",
+}
+for row in ("1.5x 1.7x 1.3x 3.0x 2.6x 6.1x 3.4x 14x 5.5x 28x 8.6x 56x 13x 20x 60x 1.6x 2.9x 2.4x 5.6x 3.2x 13x "
+            "5.0x 26x 7.8x 48x 12x 18x 52x 1.8x 2.1x 3.6x 2.8x 8.3x 4.4x 17x 7.0x 32x 11x 36x 16x 40x 2.0x 2.2x "
+            "4.3x 3.5x 8.5x 8.8x 14x 2.3x 4.5x 3.3x 8x 5.0x 7.9x").split():
+    PAPER_FIGURES.setdefault(row, "Linformer (arXiv 2006.04768) Table 3, inference time/memory saved on a V100")
+for value in ("36.37 64.27 57.46 42.44 71.40 54.39 35.70 53.94 52.27 38.56 76.34 51.36 18.01 65.40 53.82 42.77 "
+              "77.05 51.41 16.13 65.90 53.09 42.34 75.30 50.55 0.85 2.65 5.51 9.48 0.37 0.55 0.99 0.59 0.82 1.06 "
+              "1.4 7.7 8.0").split():
+    PAPER_FIGURES.setdefault(value, "Long Range Arena (arXiv 2011.04006) Tables 1 and 3")
+for value in ("92.25 91.75 92.08 92.30").split():
+    PAPER_FIGURES.setdefault(value, "Linformer (arXiv 2006.04768) Table 2")
+
+UNIT = r"(?:\s?(?:x\b|×|%|ms\b|µs\b|s\b|seconds?\b|min\b|minutes?\b|MiB\b|GiB\b|KiB\b|MB\b|GB\b|kB\b|KB\b|bits?\b))"
+MEASURED = re.compile(r"(?<![\w.^_{-])(\d+(?:\.\d+)?)(" + UNIT + r")?(?![\w.]*\d)")
+VERSIONISH = re.compile(r"\d+\.\d+\.\d+|\b\d{4}\.\d{4,5}\b|v\d+(?:\.\d+)+")
+NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:e[-+]?\d+)?", re.I)
+
+
+def _numbers(text):
+    out = set()
+    for m in NUMBER.finditer(text):
+        try:
+            out.add(float(m.group(0)))
+        except ValueError:
+            pass
+    return out
+
+
+def _sources(path):
+    texts = []
+    for c in cells(path):
+        if c["cell_type"] != "code":
+            continue
+        texts.append(source(c))
+        for o in c.get("outputs", []):
+            if "text" in o:
+                texts.append("".join(o["text"]))
+            for key, value in o.get("data", {}).items():
+                if key in ("text/plain", "text/html", "text/markdown"):
+                    texts.append("".join(value))
+    code = "\n".join(texts)
+    for ref in sorted((ROOT / "results" / "reference").rglob("*")):
+        if ref.is_file() and ref.name in code:
+            texts.append(ref.read_text(encoding="utf-8", errors="replace"))
+    return _numbers("\n".join(texts))
+
+
+def _sourced(stated, decimals, known):
+    scale = 10 ** decimals
+    for x in known:
+        for candidate in (x, 100 * x, x / 100):
+            if abs(round(candidate * scale) - stated * scale) < 0.5 or abs(candidate - stated) < 0.5 / scale:
+                return True
+    return False
+
+
+def unsourced_numbers(path):
+    known = _sources(path)
+    found = []
+    for i, c in enumerate(cells(path)):
+        if c["cell_type"] != "markdown":
+            continue
+        text = VERSIONISH.sub(" ", re.sub(r"https?://\S+|\[[^\]]*\]\([^)]*\)", lambda m: m.group(0).split("](")[0],
+                                          source(c)))
+        for m in MEASURED.finditer(text):
+            number, unit = m.group(1), (m.group(2) or "").strip()
+            if "." not in number and not unit:
+                continue                        # a bare integer: a size, a count, an index, a year
+            written = f"{number}{unit}" if unit in ("x", "×") else f"{number} {unit}".strip()
+            if number in PAPER_FIGURES or written in PAPER_FIGURES or f"{number}x" in PAPER_FIGURES and unit == "×":
+                continue
+            decimals = len(number.split(".")[1]) if "." in number else 0
+            if not _sourced(float(number), decimals, known):
+                found.append((i, written))
+    return found
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_no_number_without_a_source(path):
+    found = unsourced_numbers(path)
+    assert not found, (f"{path.name}: numbers in the text that no output, code or committed file of this notebook "
+                       f"holds (compute and print them, or cite the paper in PAPER_FIGURES): {found}")

@@ -3,7 +3,7 @@ in minilin/sample.py, generates text from the checkpoint it writes).
 
     config    TrainConfig (every value checked by validate()), History, the checkpoint's config dict
     loop      schedule, AdamW groups, evaluation, Run / start_run / run_steps / train, load_model
-    compare   the anchor benchmark: several models, one budget, one table
+    compare   the reference benchmark: several models, one budget, one table
     cli       the command line: main, build_parser, config_from_args
 
 From Python (notebooks): `history = train(TrainConfig(...), progress=False)`; `history.model` is the trained

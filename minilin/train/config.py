@@ -15,7 +15,7 @@ DEFAULT_OUT = "checkpoints/lm.pt"  # where `python -m minilin train` writes, rel
 class TrainConfig:
     """Everything a run depends on. Defaults: the reference run (600 steps, batch 16, AdamW 1e-2, warm-up + cosine)."""
     model: LMConfig = field(default_factory=LMConfig)
-    arch: str = "tinylm"            # or "torch-encoder" (the anchor), "linear-attention-transformer"
+    arch: str = "tinylm"            # or "torch-encoder" (the reference baseline), "linear-attention-transformer"
     data: str = "pydoc"             # "pydoc", a UTF-8 file path, or a task: "recall", "copy"
     objective: str = "clm"          # text corpora: "clm" (next byte) or "mlm" (masked bytes)
     steps: int = 600
