@@ -1,4 +1,4 @@
-"""A small bidirectional model trained in seconds: denoising a smooth signal (notebooks 02 and 03).
+"""A small bidirectional model trained in a few minutes on a CPU: denoising a smooth signal (notebooks 02 and 03).
 
 Each input is x_t = y_t + noise·ε_t for t < n, with y a random sum of `freqs` low-frequency sinusoids (unit
 variance) and ε white noise; the model must output y. The trivial baseline (output the input unchanged) scores

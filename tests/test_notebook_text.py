@@ -211,6 +211,9 @@ def unsourced_numbers(path):
             continue
         text = VERSIONISH.sub(" ", re.sub(r"https?://\S+|\[[^\]]*\]\([^)]*\)", lambda m: m.group(0).split("](")[0],
                                           source(c)))
+        if re.search(r"\b[Tt]asks?\s+\d+\.\d+", text):   # task numbers ("Task 7.1 ..., 7.2 ...") are not measurements
+            text = re.sub(rf"\b{chapter(path)}\.\d\b", " ", text)
+        text = re.sub(r"\b[Tt]asks?\s+\d+\.\d+(?:\s*[–-]\s*\d+\.\d+)?", " ", text)
         for m in MEASURED.finditer(text):
             number, unit = m.group(1), (m.group(2) or "").strip()
             if "." not in number and not unit:
