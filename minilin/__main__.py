@@ -1,8 +1,10 @@
 """Command line: python -m minilin {grade,release,bench,train,sample} [options]. Each command has --help."""
 import importlib
+import signal
 import sys
 
-from minilin.cli import Parser, UsageError
+from minilin import __version__
+from minilin.cli import Parser, UsageError, interrupted_line, reset_progress
 
 COMMANDS = {
     "grade": ("minilin.grade", "main", "grade your exercises (or a class's submissions) and print a per-task table"),
@@ -11,27 +13,45 @@ COMMANDS = {
     "train": ("minilin.train", "main", "train a tiny byte-level language model with a chosen attention"),
     "sample": ("minilin.sample", "main", "generate text from a checkpoint written by `train`"),
 }
+# What is on disk when a command is stopped before it reports anything more precise (Ctrl-C: exit code 130).
+KEPT = {
+    "grade": "no gradebook or feedback was written (they are written when grading ends)",
+    "release": "the release folder may be incomplete: delete it and run release again",
+    "bench": "no CSV or PNG was written (bench writes them when the sweep ends)",
+    "train": "no checkpoint was written",
+    "sample": "nothing was written",
+}
 
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
+    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler and __name__ == "__main__":
+        signal.signal(signal.SIGINT, signal.default_int_handler)   # from here on Ctrl-C raises KeyboardInterrupt
     parser = Parser(
         prog="python -m minilin",
         description="minilin: efficient attention from scratch.",
         epilog="\n".join(f"  {name:8s} {text}" for name, (_, _, text) in COMMANDS.items()),
         formatter_class=__import__("argparse").RawDescriptionHelpFormatter)
     parser.add_argument("command", choices=list(COMMANDS), help="what to run; `COMMAND --help` for its options")
+    parser.add_argument("--version", action="version", version=f"minilin {__version__}")
     if not argv or argv[0] in ("-h", "--help"):
         parser.print_help()
         return 0
+    if argv[0] == "--version":
+        print(f"minilin {__version__}")
+        return 0
+    prog = f"python -m minilin {argv[0]}" if argv[0] in COMMANDS else "python -m minilin"
     try:
         args = parser.parse_args(argv[:1])
         module_name, entry, _ = COMMANDS[args.command]
+        reset_progress(KEPT[args.command])
         return getattr(importlib.import_module(module_name), entry)(argv[1:])
     except UsageError as err:
-        prog = f"python -m minilin {argv[0]}" if argv[0] in COMMANDS else "python -m minilin"
         print(f"{prog}: error: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C: one line that says where it stopped and what is on disk, no traceback
+        print(interrupted_line(prog), file=sys.stderr, flush=True)
+        return 130
 
 
 if __name__ == "__main__":

@@ -35,3 +35,30 @@ def _number(cast, ok, what):
 positive_int = _number(int, lambda v: v >= 1, "a positive whole number")
 nonnegative_int = _number(int, lambda v: v >= 0, "a whole number >= 0")
 positive_float = _number(float, lambda v: 0 < v < float("inf"), "a positive finite number")
+
+
+# What a long command has done so far, for the one line Ctrl-C prints (`python -m minilin` catches
+# KeyboardInterrupt): `where` it stopped and what was `kept` on disk. Commands update it as they go.
+_PROGRESS = {}
+
+
+def report_progress(*, where=None, kept=None, context=None):
+    """Record where the running command is (e.g. "at step 70 of 600"), what is safely on disk
+    (e.g. "checkpoints/lm.pt holds step 50") and which part of a longer job runs (e.g. "run 3 of 12");
+    any of them may be given alone."""
+    for key, value in (("where", where), ("kept", kept), ("context", context)):
+        if value is not None:
+            _PROGRESS[key] = value
+
+
+def reset_progress(kept):
+    """Start a command's record: nothing done yet, `kept` says what is on disk if it is stopped now."""
+    _PROGRESS.clear()
+    _PROGRESS["kept"] = kept
+
+
+def interrupted_line(prog):
+    """The one line printed on Ctrl-C: where it stopped and what was kept."""
+    context, where = _PROGRESS.get("context"), _PROGRESS.get("where")
+    kept = _PROGRESS.get("kept", "nothing was written")
+    return f"{prog}: interrupted{' in ' + context if context else ''}{' ' + where if where else ''}; {kept}"

@@ -17,7 +17,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
-from minilin.cli import Parser, UsageError, positive_float, positive_int
+from minilin.cli import Parser, UsageError, positive_float, positive_int, report_progress
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -80,6 +80,9 @@ def check_teacher_args(args):
     if args.impl is not None:
         raise UsageError("--impl grades the course's own folders; drop it when grading --submissions")
     root = Path(args.submissions)
+    if root.is_file():
+        raise UsageError(f"--submissions {root}: is a file, not a folder; give the folder that holds one folder "
+                         f"per student")
     if not root.is_dir():
         raise UsageError(f"--submissions {root}: no such folder")
     if not student_folders(root):
@@ -157,6 +160,7 @@ def grade_class(session, args, points, note, report):
             for future in as_completed(futures):
                 graded[futures[future]] = student_results(future, futures[future], session, Result)
                 bar.update(1)
+                report_progress(where=f"after {len(graded)} of {len(students)} students")
         except KeyboardInterrupt:
             pool.shutdown(wait=False, cancel_futures=True)  # students already started finish (their limits hold)
             raise

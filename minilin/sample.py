@@ -14,7 +14,7 @@ import sys
 
 import torch
 
-from minilin.cli import Parser, UsageError, positive_int
+from minilin.cli import Parser, UsageError, positive_int, report_progress
 from minilin.data import decode, encode
 from minilin.device import DEVICE_HELP, resolve_device
 from minilin.model import TinyLM
@@ -93,6 +93,7 @@ def generate(model, idx, tokens, *, recurrent, progress=True, chunk=16, **sampli
             n = min(chunk, tokens - (out.shape[1] - idx.shape[1]))
             out = model.generate(out, n, recurrent=False, **sampling)
             bar.update(n)
+            report_progress(where=f"after {out.shape[1] - idx.shape[1]} of {tokens} bytes")
     return out
 
 
@@ -112,6 +113,7 @@ def main(argv=None):
     prompt = encode(args.prompt)
     if len(prompt) == 0:
         raise UsageError("--prompt is empty: give at least one character to continue (default: a newline)")
+    report_progress(kept="nothing was written (sample prints its text when it is done)")
     recurrent = choose_decoding(model, len(prompt), args.tokens, args.recurrent,
                                 warn=lambda line: print(line, file=sys.stderr))
     idx = prompt[None].repeat(args.num_samples, 1).to(device)

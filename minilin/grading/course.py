@@ -59,6 +59,9 @@ def load_hidden(folder):
     Returns {task id: [builders]}. The files are the teacher's code and run in the grader (trusted).
     """
     folder = Path(folder)
+    if folder.is_file():
+        raise UsageError(f"--hidden-tests {folder}: is a file, not a folder; put the *.py check files in a folder "
+                         f"and give the folder")
     if not folder.is_dir():
         raise UsageError(f"--hidden-tests {folder}: not a folder of *.py check files")
     extra = {}

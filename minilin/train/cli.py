@@ -32,7 +32,7 @@ from pathlib import Path
 import torch
 
 from minilin.checkpoint import check_writable, read_lm_checkpoint
-from minilin.cli import Parser, UsageError, nonnegative_int, positive_float, positive_int
+from minilin.cli import Parser, UsageError, nonnegative_int, positive_float, positive_int, reset_progress
 from minilin.data import TASKS
 from minilin.device import DEVICE_HELP, distributed_env, resolve_device
 from minilin.model import ARCHS, ATTENTIONS, INITS, POSITIONS, LMConfig
@@ -105,6 +105,7 @@ def build_parser():
     t.add_argument("--resume", help="continue from this checkpoint (its config; --steps may extend it)")
     t.add_argument("--history", help="write the History (per-step losses, evals) as JSON here")
     t.add_argument("--no-progress", action="store_true", help="no progress bar (or set TQDM_DISABLE=1)")
+    t.add_argument("--verbose", action="store_true", help="print the whole configuration before training")
     t.add_argument("--compare", type=_name_list(tuple(a for a in ARCHS if a != "tinylm") + tuple(ATTENTIONS), "model"),
                    help="train several models with one budget and print a table, e.g. torch-encoder,exact,performer "
                         "(writes no checkpoints)")
@@ -152,6 +153,16 @@ def sweep_from_args(args, config):
     if args.quick:
         return recipes[:1] if args.recipe else [DEFAULT_RECIPE], [config.lr], _seeds(args, config)
     return recipes, args.lrs or list(SWEEP_LRS), _seeds(args, config)
+
+
+def config_summary(config):
+    """One line: what is trained, at which size, for how long (the whole config with --verbose)."""
+    m = config.model
+    attention = m.attention if isinstance(m.attention, str) else "+".join(m.attention)
+    model = f"{config.arch} ({attention} attention)" if config.arch == "tinylm" else config.arch
+    return (f"{model}, {'causal' if m.causal else 'masked'} LM, L={m.block_size}, d={m.dim}, {m.depth} layers, "
+            f"{m.heads} heads; {config.steps} steps, batch {config.batch_size}, lr {config.lr:g}, "
+            f"seed {config.seed}, data {config.data} (--verbose prints the whole configuration)")
 
 
 def _seeds(args, config):
@@ -215,7 +226,7 @@ def main(argv=None):
                 f"{torch.get_num_threads()} threads")
         return 0
     if say:
-        say(f"{config.arch} {config.model}")
+        say(config_summary(config) if not args.verbose else f"{config}")
         say(f"checkpoint: {config.out}" if config.out else "checkpoint: none (--no-save)")
     try:
         history = run_steps(run, progress=not args.no_progress, log=say)
@@ -232,6 +243,7 @@ def main(argv=None):
 
 def _step_time(args):
     from minilin.train.steptime import format_step_times, step_times
+    reset_progress("nothing was written (--step-time prints its table at the end)")
     names = [args.step_time] if isinstance(args.step_time, str) else args.step_time
     if len(names) < 2:
         raise UsageError("--step-time compares models: give at least two, e.g. --step-time sdpa,torch-encoder")

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import torch
 
+from minilin.cli import report_progress
 from minilin.data import make_data
 from minilin.device import resolve_device
 from minilin.model import ARCHS, build_model
@@ -57,10 +58,15 @@ def compare(models=("torch-encoder", "exact", "performer"), config=None, *, reci
     data = check_compare(models, config) if data is None else data
     seeds = (config.seed,) if seeds is None else tuple(seeds)
     rows = []
-    for recipe, lr in sweep_points(config, recipes, lrs):
+    points = sweep_points(config, recipes, lrs)
+    total = len(points) * len(seeds) * len(models)
+    report_progress(kept=_kept(on_row, 0, total))
+    for recipe, lr in points:
         point = config if recipe is None else replace(config.with_recipe(recipe, lr), **(fixed or {}))
         for seed in seeds:
             for name, cfg in zip(models, compare_configs(models, replace(point, seed=seed))):
+                report_progress(context=f"run {len(rows) + 1} of {total} ({name}, recipe {recipe or 'as configured'}, "
+                                        f"lr {lr:g}, seed {seed})")
                 if log is not None:
                     log(f"--- {name}  recipe {recipe or 'as configured'}  lr {lr:g}  seed {seed}")
                 row = {"model": name, "arch": cfg.arch, "attention": cfg.model.attention if cfg.arch == "tinylm"
@@ -75,7 +81,16 @@ def compare(models=("torch-encoder", "exact", "performer"), config=None, *, reci
                 rows.append(row)
                 if on_row is not None:
                     on_row(row)
+                report_progress(kept=_kept(on_row, len(rows), total))
     return rows
+
+
+def _kept(on_row, done, total):
+    """What an interrupted comparison leaves on disk (the one line Ctrl-C prints)."""
+    path = getattr(on_row, "path", None)
+    if path is not None:
+        return f"{path} holds the {done} finished run{'s' if done != 1 else ''} of {total}"
+    return f"nothing was written (add --csv FILE to keep each finished run); {done} of {total} runs had finished"
 
 
 def check_compare(models, config):

@@ -18,6 +18,7 @@ import torch.distributed as dist
 
 from minilin.checkpoint import (
     CheckpointError, check_writable, load_weights, read_lm_checkpoint, restore_run, save_run)
+from minilin.cli import report_progress
 from minilin.data import IGNORE, bits, make_data
 from minilin.device import data_parallel, distributed_env, join_process_group, ranks_agree, resolve_device
 from minilin.model import build_model, count_parameters
@@ -204,6 +205,8 @@ def run_steps(run, *, progress=False, stop_at=None, log=None):
             log(line)
 
     last = min(config.steps, stop_at) if stop_at is not None else config.steps
+    if run.path is not None and run.step > 0:
+        report_progress(kept=f"{run.path} holds step {run.step} (resume with --resume {run.path})")
     for step in range(run.step, last):
         t0 = time.perf_counter()
         lr = lr_at(step, lr=config.lr, steps=config.steps, warmup=warmup, min_lr=min_lr)
@@ -244,8 +247,10 @@ def run_steps(run, *, progress=False, stop_at=None, log=None):
             emit(f"step {done:>6}  train loss {loss:.4f}  val loss {ev['loss']:.4f}  "
                  f"val bits/byte {ev['bits']:.4f}  val acc {ev['acc']:.3f}  ({elapsed:.1f} s)")
         interval_hit = config.ckpt_interval and done % config.ckpt_interval == 0
+        report_progress(where=f"at step {done} of {config.steps}")
         if run.path is not None and (interval_hit or done == last):
             save_run(run)
+            report_progress(kept=f"{run.path} holds step {done} (resume with --resume {run.path})")
     bar.close()
     if run.world > 1 and not ranks_agree(model):
         raise RuntimeError("DDP ranks ended with different weights or buffers; this is a bug")
