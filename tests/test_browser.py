@@ -28,6 +28,18 @@ NOTEBOOKS = ("00_start_here.ipynb", "01_exact_attention.ipynb")
 EXERCISE = "ex01_attention.py"
 SUCCESS = "all checks passed"  # what each notebook's last cell ("Check yourself") prints
 TOKEN = "minilin-browser-test"
+
+
+def readme_launch_command():
+    """The README's `jupyter lab ...` line (Quickstart step 2), as arguments after `jupyter lab`."""
+    import shlex
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"^```(?:bash|sh)?\n(.*?)^```", text, re.S | re.M)
+    lines = [line.strip() for block in blocks for line in block.splitlines() if line.strip().startswith("jupyter lab")]
+    assert len(set(lines)) == 1, f"the README should give one launch command, found {lines}"
+    words = shlex.split(lines[0])
+    assert words[:2] == ["jupyter", "lab"], words
+    return words[2:]
 CHROMIUM_ARGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
                  "--remote-debugging-address=127.0.0.1", "--remote-debugging-port=0")
@@ -109,10 +121,12 @@ def lab(course):
                JUPYTER_RUNTIME_DIR=str(base / "runtime"))
     log = base / "jupyterlab.log"
     with open(log, "w") as out:
+        # Exactly the README's command, run from the course folder, plus what a headless test needs (no
+        # browser of its own, root allowed, a fixed loopback port and token).
         proc = subprocess.Popen(
-            [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--allow-root", "--ServerApp.ip=127.0.0.1",
-             f"--ServerApp.port={port}", "--ServerApp.port_retries=0", f"--ServerApp.token={TOKEN}",
-             f"--ServerApp.root_dir={course}"],
+            [sys.executable, "-m", "jupyter", "lab", *readme_launch_command(), "--no-browser", "--allow-root",
+             "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}", "--ServerApp.port_retries=0",
+             f"--ServerApp.token={TOKEN}"],
             cwd=course, env=env, stdout=out, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
 
@@ -125,6 +139,9 @@ def lab(course):
 
     try:
         wait_until(up, 120, "JupyterLab", proc, log)
+        # the README's command roots the server at the course folder: exercises/ is inside it
+        with urllib.request.urlopen(f"{url}/api/contents/exercises?token={TOKEN}", timeout=10) as r:
+            assert r.status == 200 and any(f["name"] == EXERCISE for f in json.load(r)["content"])
         yield url
     finally:
         stop(proc)
