@@ -169,14 +169,20 @@ def test_quickstart_installs_into_a_virtual_environment_with_the_cpu_wheel_first
     cpu = next(i for i, line in enumerate(lines) if "--index-url https://download.pytorch.org/whl/cpu" in line)
     course = next(i for i, line in enumerate(lines) if line == 'pip install -e ".[course]"')
     assert cpu < course, "the CPU wheel must be installed before the course pulls a default (CUDA) torch"
-    assert "pytest --nbval" in lines
+    tests = [line for line in lines if line.startswith("pytest --nbval")]
+    assert len(tests) == 1, tests
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert tests[0] in ci, f"CI must run the README's test command {tests[0]!r}"
 
 
 def test_quickstart_opens_notebook_00_from_the_course_root():
     opens = [line for line in markdown_code(quickstart()) if line.startswith("jupyter lab")]
     assert opens, "the Quickstart must show how to open the course"
     for line in opens:
-        target = shlex.split(line)[2]
+        words = shlex.split(line)
+        # rooted at the course folder (given only a file, jupyter_server roots itself at the file's folder)
+        assert "--ServerApp.root_dir=." in words, f"{line!r}: the file browser would not show the course folder"
+        target = [w for w in words[2:] if not w.startswith("-")][-1]
         assert (ROOT / target).is_file(), f"{line!r}: no {target} in the course folder"
         assert target.startswith("notebooks/"), "run from the course root so exercises/ is reachable"
 
