@@ -54,3 +54,37 @@ def test_cli_help_lists_every_command():
                          cwd=ROOT, timeout=120).stdout
     for command in ("grade", "bench", "train", "sample"):
         assert command in out
+
+
+@pytest.mark.slow
+def test_the_wheel_ships_every_module_and_its_commands_run_from_it(tmp_path):
+    """A non-editable install (pip install ., a wheel, pip install git+URL) has every subpackage and the LICENSE,
+    and `python -m minilin COMMAND --help` works from it, outside the course folder."""
+    import subprocess
+    import sys
+    import zipfile
+    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+                            "-w", str(tmp_path / "dist"), str(ROOT)], capture_output=True, text=True)
+    assert built.returncode == 0, built.stderr[-3000:]
+    wheel = next((tmp_path / "dist").glob("minilin-*.whl"))
+    names = set(zipfile.ZipFile(wheel).namelist())
+    tree = {p.relative_to(ROOT).as_posix() for p in (ROOT / "minilin").rglob("*.py")}
+    missing = sorted(tree - names)
+    assert not missing, f"the wheel lacks {missing}"
+    for sub in ("minilin/bench/", "minilin/train/", "minilin/grading/"):
+        assert any(n.startswith(sub) for n in names), sub
+    assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names), "the wheel must carry the LICENSE text"
+    target = tmp_path / "site"
+    installed = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target),
+                                str(wheel)], capture_output=True, text=True)
+    assert installed.returncode == 0, installed.stderr[-3000:]
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    env = {**__import__("os").environ, "PYTHONPATH": str(target)}
+    where = subprocess.run([sys.executable, "-c", "import minilin; print(minilin.__file__)"], cwd=outside, env=env,
+                           capture_output=True, text=True)
+    assert where.stdout.strip().startswith(str(target)), where
+    for command in ("grade", "release", "bench", "train", "sample"):
+        ran = subprocess.run([sys.executable, "-m", "minilin", command, "--help"], cwd=outside, env=env,
+                             capture_output=True, text=True)
+        assert ran.returncode == 0 and "usage:" in ran.stdout, (command, ran.stderr[-2000:])

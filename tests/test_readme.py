@@ -228,3 +228,17 @@ def test_documented_train_then_sample_runs(tmp_path):
     sampled = subprocess.run([sys.executable, *sample[1:], "--tokens", "20"], **run)
     assert sampled.returncode == 0, sampled.stderr[-2000:]
     assert sampled.stdout.strip(), "sample printed nothing"
+
+
+def test_readme_says_where_grading_runs_as_the_grader_does(monkeypatch):
+    """The grader refuses Windows and names WSL; the README's Windows install steps say the same."""
+    import os
+    import types
+
+    import minilin.grade as grade
+    monkeypatch.setattr(grade, "os", types.SimpleNamespace(name="nt", environ=os.environ, cpu_count=os.cpu_count))
+    with pytest.raises(UsageError, match="WSL") as err:
+        grade.main(["--chapter", "1"])
+    section = quickstart()
+    windows = section[section.index("On Windows (PowerShell)"):]
+    assert "grading needs WSL" in windows and "WSL" in str(err.value)
