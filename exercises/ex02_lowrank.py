@@ -30,7 +30,10 @@ def rank_at_energy(s, threshold=0.9):
         threshold" is the same as "how many entries are still below it".
     Hint 2 (plan): a boolean tensor (..., r) from one comparison, reduced over the last axis; mind that the answer
         counts singular values (starting at 1), not indices (starting at 0).
-    Hint 3 (formula): r = #{j : energy_j < threshold} + 1.
+    Hint 3 (formula): r = #{j : energy_j < threshold} + 1, with one correction for round-off: the last cumulative
+        entry can come out a hair below 1 (the running sum and the total add in different orders), and then at
+        threshold 1 the count reaches r + 1. Compare each energy_j against the threshold lowered by a tiny
+        tolerance (about 1e-12), so that an entry within round-off of the threshold counts as reaching it.
     """
     raise NotImplementedError("Task 2.2")
 

@@ -90,11 +90,16 @@ def jl_context_error(q, k, v, ks, *, generator, trials=3, linformer_init="fan_in
     """Relative error ‖Â − P V‖_F / ‖P V‖_F of three rank-k stand-ins for the context P V, for each k in ks.
 
     q, k: (B, H, n, D)  v: (B, H, n, Dv). For each k (mean and standard deviation over `trials` draws):
-      "svd"        best rank-k P̃ (truncated SVD): the smallest error any rank-k matrix can reach
+      "svd"        P_k V with P_k the best rank-k approximation of P (truncated SVD): the best rank-k P̃ chosen
+                   without looking at V (it minimises E‖(P̃ − P) V‖² for V with independent entries). Not a floor
+                   for a given V: P V has rank <= Dv, so the rank-Dv matrix P̃ = P V V⁺ reproduces it exactly
       "jl"         P Rᵀ R V with R (k, n), entries N(0, 1/k): the random projection in the proof of the
-                   paper's Theorem 1 (E[Rᵀ R] = I), applied *outside* the softmax
+                   paper's Theorem 1 (E[Rᵀ R] = I), applied *outside* the softmax. Its expected squared relative
+                   error is (‖P‖²‖V‖² / ‖PV‖² + 1) / k, about (n + 1) / k for random V: JL bounds the error
+                   additively (ε‖p‖‖w‖), not relative to the context as the theorem states
       "linformer"  softmax(Q (E K)ᵀ / √D) (F V) with E, F (k, n) independent Gaussian, drawn as
                    `minilin.linformer.init_projection_(..., linformer_init)`: Linformer with untrained E, F
+                   (not the construction in the proof of Theorem 2, which uses one R: E = δR, F = e^(−δ) R)
     Returns a list of dicts {"k", "svd", "jl", "jl_std", "linformer", "linformer_std"} (floats).
     """
     from minilin.linformer import init_projection_, linformer_attention
