@@ -4,6 +4,14 @@ import os
 import re
 from pathlib import Path
 
+# Under pytest-xdist (`-n auto`), share the cores between the workers instead of letting every worker (and every
+# notebook kernel it starts, which inherits this environment) run one thread per core: oversubscribed BLAS
+# threads make a loaded 2-core machine several times slower. Set before torch is imported anywhere.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    _share = max(1, (os.cpu_count() or 1) // max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))))
+    for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(_var, str(_share))
+
 import pytest
 from hypothesis import settings
 
