@@ -29,8 +29,12 @@ def orthogonal_projection(nb_features, dim, generator):
     """Task 4.2: a block-orthogonal Gaussian projection (m, D), as in the paper's Theorem 3 (notebook 04, section 3).
 
     Rows within a block of D rows are orthogonal, yet every row must still be marginally N(0, I_D) (so the
-    estimator stays unbiased). Return float64. The grader compares with a reference drawn from the same
-    `generator`, so draw in the order of hint 3.
+    estimator stays unbiased). Return float64, drawing every random number from `generator`. The grader checks:
+    the shape (m, D) and dtype; that after normalising each row, rows 0..D-1, D..2D-1, … (the last block
+    possibly shorter) are orthonormal, while two blocks are not orthogonal to each other (independent draws);
+    that the row lengths vary (not all √D); that two calls with generators seeded alike return the same
+    matrix; and, on 900 rows of D = 3, that wᵀw/900 is within 0.2 of the identity (E[w wᵀ] = I) and the mean
+    of the entries within 0.2 of 0. Any order of drawing that meets these is accepted.
 
     Hints, one tier at a time:
       1. An N(0, I_D) vector is a uniformly random direction times an independent length. A QR factorisation

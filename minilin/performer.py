@@ -10,22 +10,30 @@ Shapes (the package-wide contract, see minilin/attention.py)
 
 Numerical stability (FAVOR+ exponentiates; exp overflows float32 above ~88 and float16 above ~11)
     A positive feature is exp(w_iᵀx' − |x'|²/2)/√m with x' = x·D^(-1/4). A factor shared by every term
-    of a query's sums cancels in out = Σ_j φ(q)·φ(k_j) v_j / Σ_j φ(q)·φ(k_j), so:
-    - queries subtract their own row max (a per-query constant);
-    - non-causal keys subtract the largest exponent over all real keys (one constant for the whole sum);
-    - causal keys may not look ahead (performer-pytorch's max over *all* positions lets the future into
-      the past, its #82). They subtract a *running* max r_j = max over positions ≤ j, which only grows;
-      the prefix sums carry it as a log-scale and are rescaled by exp(r_old − r_new) ≤ 1 when it grows —
-      the online-softmax trick, applied to the (m × Dv) state. A data-free bound also exists
-      (w_iᵀk' − |k'|²/2 ≤ |w_i|²/2), but it is loose by tens in the exponent (81 at D = 128 for N(0, 1)
-      keys): in float32 key features fall near 1e-35 and their products with query features underflow
-      (output errors of O(1) measured at D = 128; tests/test_performer.py guards float32 there).
+    of a query's sums cancels in out = Σ_j φ(q)·φ(k_j) v_j / Σ_j φ(q)·φ(k_j). `favor_attention` hands the
+    exponents (`PositiveRandomFeatures`) to `minilin.linear.linear_attention`, which shifts them:
+    - non-causal: feature f of the keys by C_f, its largest exponent over the real keys (one constant per
+      feature), and query i by max_f(e_if + C_f), so that each row's largest term is exactly 1;
+    - causal (the chunked scan): key j by one number, the *running* max r_j over positions ≤ j of each key's
+      largest exponent, never the future (performer-pytorch's max over *all* positions, followed by constants
+      that do not cancel, lets the future into the past, its #82); the prefix sums carry r as a log-scale and
+      are rescaled by exp(r_old − r_new) ≤ 1 when it grows — the online-softmax trick, applied to the
+      (m × Dv) state; query i by its own row max. One number per key keeps the in-chunk part a matrix
+      product, but a row whose query and keys peak on different features can underflow (it is then 0, and
+      a RuntimeWarning says so);
+    - `favor_step` (the recurrence): a running max per feature, queries as in the non-causal case, so each
+      row's largest term is exactly 1.
+    `positive_features` and `causal_key_features` below write the features out explicitly with simpler
+    shifts (keys: one max over all real keys and features; causal keys: a running max over positions); the
+    tests and notebook 04 use them, `favor_attention` does not. A data-free bound also exists
+    (w_iᵀk' − |k'|²/2 ≤ |w_i|²/2), but it is loose by tens in the exponent (81 at D = 128 for N(0, 1)
+    keys): in float32 nearly every term of the normalisers is then subnormal, and the output error grows
+    with the inputs' scale (notebook 04 measures it; tests/test_performer.py guards float32 at D = 128).
     Padded keys get exactly zero feature rows (φ(0) = 1/√m is not zero) and never enter a max.
     float16/bfloat16 inputs are computed in float32 and the output cast back: the sums of N features
     overflow float16 long before the exponentials do (fast-transformers#32).
     The attention itself is `minilin.linear.linear_attention` with `PositiveRandomFeatures`: one chunked
-    causal scan and one stabilisation shared with every linear attention in the package (see minilin/linear.py,
-    which also keeps queries on a scale where the normaliser cannot underflow).
+    causal scan and one stabilisation shared with every linear attention in the package (minilin/linear.py).
 
 References: "Rethinking Attention with Performers", Choromanski et al. 2020, arXiv 2009.14794 (Lemma 1,
 positive features; Lemma 2, their MSE vs trigonometric features; Thm 3, orthogonal rows; App. B.1, causal
