@@ -15,7 +15,7 @@ arXiv 2009.14794); never an (N, F, Dv) tensor.
 Exponential features overflow (float32 above e ≈ 88), and a factor common to a query's numerator and
 normaliser cancels, so exponents are shifted. Non-causal: feature f of every key by its max over the keys,
 C_f, and query i by max_f(e_if + C_f), so each row's largest term is exactly 1 and its normaliser cannot
-underflow. Causal: keys by a running max over positions ≤ j (never the future: a max over all positions lets
+underflow. Causal: keys by one running max over features and positions ≤ j (never the future: a max over all positions lets
 later keys into earlier outputs, performer-pytorch#82), carried as a log-scale and rescaled by exp(r_old −
 r_new) ≤ 1 (the online-softmax trick); queries by their own row max. If a query's large features then meet
 only small key features, its normaliser underflows: that row is 0 and a RuntimeWarning says so (inputs of
@@ -259,9 +259,13 @@ def linear_attention(q, k, v, *, feature_map, mask=None, causal=False, chunk_siz
     returns (B, H, N, Dv). Same mask and causal semantics as `softmax_attention`; causal uses the chunked
     scan with `chunk_size` (and `bucket_size`, for the bucketed variant).
 
-    Exponential maps are scaled per feature (see the module docstring): feature f of the keys by C_f, the
-    running max of the key exponents on f; query i by s_i = max_f(e_if + C_if). Every factor is then ≤ 1
-    and query i's largest term is exactly 1, so its normaliser cannot underflow.
+    Exponential maps are shifted before exp (see the module docstring). Non-causal: feature f of the keys by
+    C_f, the max of the key exponents on f; query i by s_i = max_f(e_if + C_f), so every factor is ≤ 1, query
+    i's largest term is exactly 1 and its normaliser cannot underflow. Causal: one running scale per key
+    position (the largest exponent over all features and positions so far), which keeps the in-chunk part one
+    matrix product; a row whose keys all sit far below that running max can then underflow to 0 in float32
+    (a RuntimeWarning says so; notebook 04 section 9). The recurrent form `linear_step` keeps one scale per
+    feature and does not lose such a row.
     """
     check_attention_inputs(q, k, v, mask)
     if not isinstance(feature_map, FeatureMap):

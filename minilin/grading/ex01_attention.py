@@ -10,8 +10,10 @@ CHAPTER = Chapter(1, "ex01_attention", "exact softmax attention")
 @CHAPTER.task("1.1", "scaled_scores")
 def scaled_scores(f):
     """the raw attention scores q kᵀ / √D"""
-    q, k = rand(2, 3, 5, 4, seed=1), rand(2, 3, 7, 4, seed=2)
-    yield close(f(q, k), q @ k.transpose(-2, -1) / 2.0, what="q @ k.transpose(-2, -1) / √4")
+    # several head dimensions and lengths: a constant in place of √D cannot pass
+    for (n, m, d), seed in zip([(5, 7, 4), (3, 6, 9), (4, 4, 16)], (1, 11, 21)):
+        q, k = rand(2, 3, n, d, seed=seed), rand(2, 3, m, d, seed=seed + 1)
+        yield close(f(q, k), q @ k.transpose(-2, -1) / d ** 0.5, what=f"q @ k.transpose(-2, -1) / √{d}")
 
 
 @CHAPTER.task("1.2", "stable_softmax")
@@ -42,6 +44,13 @@ def attention(f):
         yield close(f(q, k, v, mask=mask, causal=causal), softmax_attention(q, k, v, mask=mask, causal=causal),
                     what=f"minilin.attention.softmax_attention(q, k, v, mask=mask, causal={causal})")
     yield close(f(q, k, v), attention_matrix(q, k) @ v, what="softmax(q kᵀ / √D) @ v")
+    # fewer or more queries than keys (the causal mask aligns bottom-right), another head dimension
+    for n, m, seed in ((3, 6, 7), (5, 3, 8)):
+        q2, k2, v2 = rand(2, 3, n, 9, seed=seed), rand(2, 3, m, 9, seed=seed + 10), rand(2, 3, m, 2, seed=seed + 20)
+        mask2 = torch.ones(2, m, dtype=torch.bool)
+        mask2[1, 0] = False
+        yield close(f(q2, k2, v2, mask=mask2, causal=True), softmax_attention(q2, k2, v2, mask=mask2, causal=True),
+                    what=f"softmax_attention(q, k, v, mask=mask, causal=True) with N={n} queries, M={m} keys, D=9")
 
 
 @CHAPTER.task("1.5", "score_matrix_bytes")

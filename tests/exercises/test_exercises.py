@@ -35,3 +35,31 @@ def test_task(impl, task):
         run_in_process(task, module)
     except CannotGrade as err:
         pytest.skip(str(err))
+
+
+MUTANTS = {
+    # task: (function name, a wrong version that a check with one head dimension or N == M would let through)
+    "1.1": ("scaled_scores", "def scaled_scores(q, k):\n    return q @ k.transpose(-2, -1) / 2.0\n"),
+    "1.4": ("attention", "import torch\n"
+                         "def attention(q, k, v, mask=None, causal=False):\n"
+                         "    s = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5\n"
+                         "    if mask is not None:\n"
+                         "        s = s.masked_fill(~mask[:, None, None, :], float('-inf'))\n"
+                         "    if causal:  # top-left aligned: right only when N == M\n"
+                         "        n, m = s.shape[-2:]\n"
+                         "        s = s.masked_fill(~torch.ones(n, m, dtype=torch.bool).tril(), float('-inf'))\n"
+                         "    return torch.softmax(s, -1).nan_to_num(0.0) @ v\n"),
+}
+
+
+@pytest.mark.parametrize("task_id", sorted(MUTANTS))
+def test_a_plausible_wrong_answer_fails(task_id, tmp_path, monkeypatch):
+    import importlib.util
+    name, code = MUTANTS[task_id]
+    path = tmp_path / f"mutant_{task_id.replace('.', '_')}.py"
+    path.write_text(code)
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    with pytest.raises(AssertionError):
+        run_in_process(TASKS[task_id], module)
