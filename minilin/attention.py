@@ -15,7 +15,8 @@ The causal flag
     causal=True lets query i see key j only when j <= i + (M - N): queries are aligned with the *last*
     N keys ("bottom-right"), which is what decoding with a cache needs. With N == M this is the usual
     lower-triangular mask and matches `F.scaled_dot_product_attention(..., is_causal=True)`; with N != M,
-    PyTorch's `is_causal` aligns top-left instead, so we do not compare the two there.
+    PyTorch's `is_causal` aligns top-left instead, and `torch.nn.attention.bias.causal_lower_right(N, M)` is
+    the bottom-right mask that matches.
 
 Fully-masked rows
     A query that may see no key at all (every key padded, or causal + left padding) gets an all-zero

@@ -1,15 +1,18 @@
 """Exact attention: vectorised == loop spec (property test), == PyTorch SDPA, gradients, masks, errors."""
 
 import math
+import warnings
 
 import pytest
 import torch
 import torch.nn.functional as F
+from torch.nn.attention.bias import causal_lower_right
 from hypothesis import given
 from hypothesis import strategies as st
 
 from minilin.attention import (
     MultiHeadSelfAttention,
+    allowed_keys,
     attention_loops,
     attention_matrix,
     softmax_attention,
@@ -39,7 +42,7 @@ def test_matches_sdpa_float64(causal, use_mask):
     mask = None
     sdpa_mask = None
     if use_mask:
-        # every row keeps its first key, so SDPA (which NaNs on fully-masked rows) stays defined
+        # every row keeps its first key: the ordinary case (rows with no visible key and N != M are tested below)
         mask = torch.rand(2, 33, generator=torch.Generator().manual_seed(2)) > 0.3
         mask[:, 0] = True
         sdpa_mask = mask[:, None, None, :]
@@ -51,6 +54,84 @@ def test_matches_sdpa_float64(causal, use_mask):
         ours = softmax_attention(q, k, v, mask=mask, causal=causal)
         ref = F.scaled_dot_product_attention(q, k, v, attn_mask=sdpa_mask, is_causal=causal)
     torch.testing.assert_close(ours, ref, rtol=0, atol=TOL)
+
+
+# PyTorch's SDPA returns zeros (not NaN) for a row with no visible key since its "safe softmax"
+# (pytorch/pytorch#131863); torch 2.13, the course's version, has it. Before, such rows were NaN (#103963).
+SDPA_ZEROS_EMPTY_ROWS = hasattr(torch.ops.aten, "_safe_softmax")
+needs_safe_softmax = pytest.mark.skipif(not SDPA_ZEROS_EMPTY_ROWS,
+                                        reason="this PyTorch's SDPA returns NaN for a row with no visible key")
+
+
+def bottom_right(n, m):
+    """minilin's causal alignment as a dense (N, M) bool mask: what causal_lower_right(n, m) materialises."""
+    return torch.ones(n, m, dtype=torch.bool).tril(m - n)
+
+
+def sdpa_and_ours_with_grads(q, k, v, attn_mask, **ours_kw):
+    """Outputs and (q, k, v) gradients of SDPA (with attn_mask) and of softmax_attention (with ours_kw)."""
+    w = torch.randn(*q.shape[:3], v.shape[-1], generator=torch.Generator().manual_seed(99), dtype=q.dtype)
+    results = []
+    for fn in (lambda a, b, c: softmax_attention(a, b, c, **ours_kw),
+               lambda a, b, c: F.scaled_dot_product_attention(a, b, c, attn_mask=attn_mask)):
+        leaves = [t.detach().clone().requires_grad_(True) for t in (q, k, v)]
+        out = fn(*leaves)
+        results.append((out, torch.autograd.grad((out * w).sum(), leaves)))
+    return results
+
+
+@needs_safe_softmax
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("causal", [False, True])
+def test_sdpa_gives_zeros_like_ours_for_rows_with_no_visible_key(dtype, causal):
+    q, k, v = qkv(B=3, H=2, N=6, D=4, seed=12, dtype=dtype)
+    mask = torch.ones(3, 6, dtype=torch.bool)
+    mask[0] = False                                          # batch 0: every key is padding
+    mask[1, :2] = False                                      # batch 1: left padding (causal rows 0, 1 see nothing)
+    allowed = mask[:, None, None, :] & (bottom_right(6, 6) if causal else torch.ones(6, 6, dtype=torch.bool))  # (B,1,N,M)
+    empty = ~allowed.any(-1)                                 # (B, 1, N) rows with no visible key
+    assert empty[0].all() and empty[1, 0, :2].all() == causal and not empty[2].any()
+    (ours, g_ours), (ref, g_ref) = sdpa_and_ours_with_grads(q, k, v, allowed, mask=mask, causal=causal)
+    tol = TOL if dtype == torch.float64 else 1e-5
+    rows = empty.expand(-1, 2, -1)                           # (B, H, N)
+    assert (ref[rows] == 0).all() and (ours[rows] == 0).all()
+    assert (g_ref[0][rows] == 0).all() and (g_ours[0][rows] == 0).all()   # no gradient to a query that sees nothing
+    torch.testing.assert_close(ours, ref, rtol=0, atol=tol)
+    for a, b in zip(g_ours, g_ref):
+        assert torch.isfinite(b).all()
+        torch.testing.assert_close(a, b, rtol=0, atol=tol)
+
+
+@pytest.mark.parametrize("N, M", [(5, 7), (1, 6), (4, 4), (5, 3), (6, 1)])
+@pytest.mark.parametrize("use_mask", [False, True])
+def test_matches_sdpa_bottom_right_causal(N, M, use_mask):
+    """causal=True with N != M is SDPA with causal_lower_right(N, M) (is_causal would align top-left)."""
+    if N > M and not SDPA_ZEROS_EMPTY_ROWS:
+        pytest.skip("N > M leaves rows with no visible key, NaN in this PyTorch's SDPA")
+    q, k, v = qkv(B=2, H=3, N=N, M=M, D=8, seed=13)
+    if use_mask:
+        mask = torch.rand(2, M, generator=torch.Generator().manual_seed(14)) > 0.3
+        mask[:, -1] = True                                   # the last query always sees the last key
+        attn_mask = mask[:, None, None, :] & bottom_right(N, M)
+    else:
+        mask = None
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)     # N > M: "will produce NaNs" (it gives zeros, tested)
+            attn_mask = causal_lower_right(N, M)
+    (ours, g_ours), (ref, g_ref) = sdpa_and_ours_with_grads(q, k, v, attn_mask, mask=mask, causal=True)
+    assert torch.isfinite(ref).all()
+    torch.testing.assert_close(ours, ref, rtol=0, atol=TOL)
+    for a, b in zip(g_ours, g_ref):
+        torch.testing.assert_close(a, b, rtol=0, atol=TOL)
+    if N != M:                                               # the top-left alignment is a different function
+        top_left = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        assert not torch.allclose(top_left, ref, atol=1e-3, equal_nan=True)
+
+
+def test_bottom_right_tril_is_minilins_causal_alignment():
+    # torch's documentation of causal_lower_right gives this tril(M - N) as its materialised form
+    for n, m in [(3, 5), (5, 3), (4, 4), (1, 7), (7, 1)]:
+        assert torch.equal(bottom_right(n, m), allowed_keys(n, m, causal=True)[0, 0])
 
 
 def test_attention_matrix_rows_are_distributions():

@@ -26,7 +26,7 @@ pytestmark = pytest.mark.browser
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ("00_start_here.ipynb", "01_exact_attention.ipynb")
 EXERCISE = "ex01_attention.py"
-SUCCESS = "all checks passed"  # what each notebook's last cell ("Check yourself") prints
+SUCCESS = "all checks passed"  # what each notebook's "Check yourself" cell prints
 TOKEN = "minilin-browser-test"
 
 
@@ -194,6 +194,7 @@ NOTEBOOK_STATE = """() => {
   return {
     prompts: cells.map(c => c.querySelector('.jp-InputPrompt').innerText.trim()),
     last_output: cells.length ? cells[cells.length - 1].querySelector('.jp-OutputArea').innerText : '',
+    outputs: cells.map(c => c.querySelector('.jp-OutputArea').innerText),
     errors, status: indicator ? indicator.dataset.status : null,
   };
 }"""
@@ -286,7 +287,9 @@ def learner_path(page, lab, course, tmp_path):
         print(f"{name}: opened and ran in {time.monotonic() - start:.0f} s, screenshot {shot}")
         assert not state["errors"], f"{name}: error output in the browser:\n" + "\n".join(state["errors"])[-3000:]
         assert len(state["prompts"]) == code_cells(course / "notebooks" / name), state["prompts"]
-        assert SUCCESS in state["last_output"], f"{name}: the last cell printed {state['last_output'][-500:]!r}"
+        checks = [text for text in state["outputs"] if SUCCESS in text]
+        assert checks, f"{name}: no cell printed {SUCCESS!r} (the Check yourself cell); the last printed " \
+                       f"{state['last_output'][-500:]!r}"
 
     # The file browser is rooted at the course folder: go home, into exercises/, open the first exercise file.
     page.locator(".jp-BreadCrumbs-home").click()

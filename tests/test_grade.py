@@ -385,6 +385,14 @@ def test_release_has_stubs_and_no_solutions(release):
         assert honesty.pristine(text, [f for t in chapter.tasks.values() for f in t.functions])
 
 
+def test_release_ships_the_license_and_the_results_its_notebooks_read(release):
+    assert (release / "LICENSE").read_text() == (ROOT / "LICENSE").read_text()
+    for path in sorted((ROOT / "results" / "reference").rglob("*")):
+        if path.is_file():
+            copied = release / path.relative_to(ROOT)
+            assert copied.is_file() and copied.read_bytes() == path.read_bytes(), copied
+
+
 def test_release_classroom_workflow_grades_every_task(release):
     workflow = yaml.safe_load((release / ".github" / "workflows" / "classroom.yml").read_text(encoding="utf-8"))
     steps = workflow["jobs"]["run-autograding-tests"]["steps"]

@@ -158,6 +158,11 @@ for value in ("36.37 64.27 57.46 42.44 71.40 54.39 35.70 53.94 52.27 38.56 76.34
     PAPER_FIGURES.setdefault(value, "Long Range Arena (arXiv 2011.04006) Tables 1 and 3")
 for value in ("92.25 91.75 92.08 92.30").split():
     PAPER_FIGURES.setdefault(value, "Linformer (arXiv 2006.04768) Table 2")
+# Settings and library defaults the text names (not measurements), each with where it is set.
+PAPER_FIGURES.update({
+    "0.999": "torch.optim.AdamW's default betas=(0.9, 0.999) (PyTorch documentation)",
+    "90 %": "minilin.data.train_val_split(val_fraction=0.1): the first 90 % of the corpus trains",
+})
 
 UNIT = r"(?:\s?(?:x\b|×|%|ms\b|µs\b|s\b|seconds?\b|min\b|minutes?\b|MiB\b|GiB\b|KiB\b|MB\b|GB\b|kB\b|KB\b|bits?\b))"
 MEASURED = re.compile(r"(?<![\w.^_{-])(\d+(?:\.\d+)?)(" + UNIT + r")?(?![\w.]*\d)")
