@@ -50,8 +50,19 @@ def main(argv=None):
         print(f"{prog}: error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:  # Ctrl-C: one line that says where it stopped and what is on disk, no traceback
+        _close_progress_bars()
         print(interrupted_line(prog), file=sys.stderr, flush=True)
         return 130
+
+
+def _close_progress_bars():
+    """End any progress bar's line first, so the interrupted line starts a line of its own."""
+    tqdm = sys.modules.get("tqdm")
+    for bar in list(getattr(getattr(tqdm, "tqdm", None), "_instances", ()) or ()):
+        try:
+            bar.close()
+        except Exception:  # a bar that cannot close must not hide the message
+            pass
 
 
 if __name__ == "__main__":

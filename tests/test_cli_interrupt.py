@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -23,21 +24,36 @@ TINY = ["--block-size", "32", "--dim", "32", "--depth", "1", "--heads", "2", "--
 
 
 def start(argv, cwd):
+    """The command in a session of its own; proc.seen holds what it has printed so far (both streams)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
     env.pop("TQDM_DISABLE", None)
-    return subprocess.Popen([sys.executable, "-m", "minilin", *argv], cwd=cwd, env=env, stdout=subprocess.PIPE,
+    proc = subprocess.Popen([sys.executable, "-m", "minilin", *argv], cwd=cwd, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
+    proc.seen = {"out": [], "err": []}
+
+    def pump(stream, into):
+        for chunk in iter(lambda: stream.read(1), ""):
+            into.append(chunk)
+    proc.pumps = [threading.Thread(target=pump, args=(s, proc.seen[k]), daemon=True)
+                  for s, k in ((proc.stdout, "out"), (proc.stderr, "err"))]
+    for t in proc.pumps:
+        t.start()
+    return proc
 
 
-def wait_for(condition, proc, timeout=120, what="the command to start working"):
+def printed(proc, text, stream="err"):
+    return lambda: text in "".join(proc.seen[stream])
+
+
+def wait_for(condition, proc, timeout=300, what="the command to start working"):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if condition():
             return
         if proc.poll() is not None:
             raise AssertionError(f"the command ended (exit {proc.returncode}) before {what}: "
-                                 f"{proc.stderr.read()[-2000:]}")
-        time.sleep(0.1)
+                                 f"{''.join(proc.seen['err'])[-2000:]}")
+        time.sleep(0.05)
     os.killpg(proc.pid, signal.SIGKILL)
     raise AssertionError(f"timed out waiting for {what}")
 
@@ -46,11 +62,13 @@ def interrupt(proc):
     """Ctrl-C: SIGINT to the process group; returns (exit code, stdout, stderr)."""
     os.killpg(proc.pid, signal.SIGINT)
     try:
-        out, err = proc.communicate(timeout=120)
+        proc.wait(timeout=120)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         raise AssertionError("the command did not stop within 120 s of Ctrl-C")
-    return proc.returncode, out, err
+    for t in proc.pumps:
+        t.join(timeout=10)
+    return proc.returncode, "".join(proc.seen["out"]), "".join(proc.seen["err"])
 
 
 def no_process_left(pgid):
@@ -66,7 +84,7 @@ def no_process_left(pgid):
 def assert_one_line(code, err, prog, *needles):
     assert code == 130, (code, err[-2000:])
     assert "Traceback" not in err, err[-3000:]
-    last = [line for line in err.splitlines() if line.strip()][-1]
+    last = [line for line in err.split("\n") if line.strip()][-1]   # a line of its own, after any bar
     assert last.startswith(f"python -m minilin {prog}: interrupted"), err[-2000:]
     for needle in needles:
         assert needle in last, (needle, last)
@@ -88,8 +106,8 @@ def test_train_interrupted_keeps_the_last_checkpoint(tmp_path):
 
 
 def test_bench_interrupted_writes_nothing(tmp_path):
-    proc = start(["bench", "--quick", "--out", "out", "--no-progress"], tmp_path)
-    time.sleep(8)        # past the imports, into the sweep
+    proc = start(["bench", "--quick", "--out", "out"], tmp_path)
+    wait_for(printed(proc, "bench"), proc, what="the sweep's progress bar")   # past the imports, into the sweep
     code, out, err = interrupt(proc)
     assert_one_line(code, err, "bench", "no CSV or PNG was written")
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
@@ -107,8 +125,7 @@ def checkpoint(tmp_path_factory):
 
 def test_sample_interrupted(tmp_path, checkpoint):
     proc = start(["sample", "--ckpt", str(checkpoint), "--tokens", "100000", "--recurrent", "no"], tmp_path)
-    time.sleep(6)        # past loading the checkpoint, into sampling (100000 bytes take minutes)
-    assert proc.poll() is None, proc.stderr.read()
+    wait_for(printed(proc, "sample"), proc, what="sampling's progress bar")   # 100000 bytes take minutes
     code, out, err = interrupt(proc)
     assert_one_line(code, err, "sample", "nothing was written")
     assert list(tmp_path.iterdir()) == []
@@ -117,14 +134,8 @@ def test_sample_interrupted(tmp_path, checkpoint):
 
 def test_grade_interrupted_leaves_no_child_and_no_gradebook(tmp_path):
     proc = start(["grade", "--impl", "solutions"], ROOT)
-    lines = []
-
-    def started():
-        line = proc.stdout.readline()
-        lines.append(line)
-        return "per chapter" in line        # the grader's first line: sandbox, time limit, memory
-    wait_for(started, proc, what="grading to start")
-    time.sleep(1.0)
+    # the grader's first line (sandbox, time limit, memory) comes just before the chapters start
+    wait_for(printed(proc, "per chapter", "out"), proc, what="grading to start")
     code, out, err = interrupt(proc)
     assert_one_line(code, err, "grade", "no gradebook")
     assert no_process_left(proc.pid), "a grading child outlived Ctrl-C"
@@ -136,8 +147,7 @@ def test_grade_class_interrupted_writes_no_gradebook(tmp_path):
         (subs / name).mkdir(parents=True)
         (subs / name / "ex01_attention.py").write_text((ROOT / "solutions" / "ex01_attention.py").read_text())
     proc = start(["grade", "--submissions", str(subs), "--out", str(tmp_path / "book.csv"), "--jobs", "1"], ROOT)
-    wait_for(lambda: "per chapter" in proc.stdout.readline(), proc, what="grading to start")
-    time.sleep(1.0)
+    wait_for(printed(proc, "per chapter", "out"), proc, what="grading to start")
     code, out, err = interrupt(proc)
     assert_one_line(code, err, "grade", "no gradebook")
     assert not (tmp_path / "book.csv").exists()
