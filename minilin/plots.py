@@ -237,3 +237,87 @@ def save_figures(df, stem):
         plt.close(fig)
         paths.append(path)
     return paths
+
+
+# ---- figures with a colour and a marker per method, in readable units -------------------------------------------
+
+# Okabe & Ito's colour-blind-safe colours (their yellow left out: too pale on white) and one marker per family, so a
+# method keeps its look in every figure; a second method of the same family in one figure takes a spare style.
+_STRONG = {
+    "exact": ("#0072B2", "o"), "sdpa": ("#D55E00", "s"), "linformer": ("#009E73", "^"), "performer": ("#CC79A7", "D"),
+    "linear": ("#E69F00", "v"), "efficient": ("#000000", "P"), "peer-linformer": ("#56B4E9", "X"),
+    "peer-performer": ("#882255", "X"), "peer-efficient": ("#56B4E9", "X"),
+}
+_SPARE = (("#332288", "<"), ("#117733", ">"), ("#CC6677", "p"), ("#44AA99", "h"), ("#999933", "*"), ("#AA4499", "d"),
+          ("#661100", "8"), ("#6699CC", "H"))  # Paul Tol's muted set
+UNITS = {"B": ((2**20, "MiB"), (2**30, "GiB")), "FLOP": ((1e9, "GFLOP"),), "s": ((1e-3, "ms"),)}
+
+
+def line_styles(methods):
+    """{method: {"color": ..., "marker": ...}}: a strong colour and a marker per family; no two methods of
+    `methods` share a colour (a second one of a family takes a spare style), up to 16 methods."""
+    out, used = {}, set()
+    for name in methods:
+        m = _parsed(name)
+        family = (("peer-" if m.peer else "") + m.variant) if m is not None else name.removesuffix("-causal")
+        style = _STRONG.get(family)
+        if style is None or style[0] in used:
+            style = next((s for s in _SPARE if s[0] not in used), ("#777777", "."))
+        used.add(style[0])
+        out[name] = {"color": style[0], "marker": style[1]}
+    return out
+
+
+def scale_unit(unit, largest):
+    """(divisor, label) for values in `unit` ("B", "FLOP", "s") whose largest value is `largest`: MiB below 1 GiB,
+    else GiB; GFLOP; ms. Unknown units are left as they are."""
+    choices = UNITS.get(unit)
+    if not choices:
+        return 1.0, unit
+    divisor, label = choices[0]
+    for d, lab in choices[1:]:
+        if largest >= d:
+            divisor, label = d, lab
+    return divisor, label
+
+
+def plot_lines(df, metrics, *, methods=None, title=None, notes=(), height=3.2):
+    """Log-log lines, one panel per metric, one series per method with its own colour and marker (`line_styles`);
+    bytes in MiB or GiB, FLOPs in GFLOP, seconds in ms. Series drawn later are thinner and smaller, so a series that
+    coincides with an earlier one still shows inside it. One legend under the panels, then `notes` (one per line).
+    Only rows with status "ok" are drawn. Returns the Figure."""
+    metrics = [m for m in metrics if m in set(df["metric"])]
+    if not metrics:
+        raise ValueError("none of the requested metrics is in this CSV")
+    data = df[(df["status"] == "ok") & df["metric"].isin(metrics)]
+    methods = _methods(data, methods)
+    styles = line_styles(methods)
+    fig, axes = plt.subplots(1, len(metrics), figsize=(4.3 * len(metrics), height), squeeze=False)
+    for ax, metric in zip(axes[0], metrics):
+        rows = data[(data["metric"] == metric) & data["method"].isin(methods)]
+        unit = rows["unit"].iloc[0] if len(rows) else ""
+        divisor, label = scale_unit(unit, rows["value"].max() if len(rows) else 0)
+        for i, name in enumerate(methods):
+            ns, values = series(data, name, metric)
+            if len(ns):
+                ax.plot(ns, values / divisor, label=name, linewidth=max(3.0 - 0.45 * i, 1.0),
+                        markersize=max(9.0 - 1.1 * i, 4.0), markeredgecolor="white", markeredgewidth=0.6,
+                        **styles[name])
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_title(METRIC_LABELS.get(metric, (metric, ""))[0], fontsize=9)
+        ax.set_xlabel("sequence length n")
+        ax.set_ylabel(label)
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    for ax in axes[0][1:]:
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            if lab not in labels:
+                handles.append(h)
+                labels.append(lab)
+    fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=min(len(labels), 6), fontsize=8,
+               frameon=False)
+    if notes:
+        fig.text(0.5, -0.10 - 0.02 * math.ceil(len(labels) / 6), "\n".join(notes), ha="center", va="top", fontsize=8)
+    fig.suptitle(title or describe(df), fontsize=10)
+    fig.tight_layout()
+    return fig

@@ -117,3 +117,38 @@ def test_summary_lists_failures_and_tables(tmp_path):
     assert "exact n=65536: oom" in text
     assert "growth exponents" in text and "Linformer Table 3" in text
     assert "ours time_fwd / the peer library's" in text
+
+
+def test_line_styles_distinct_and_stable():
+    styles = plots.line_styles(list(DEFAULT_METHODS))
+    assert len({s["color"] for s in styles.values()}) == len(DEFAULT_METHODS)  # no two series alike
+    assert plots.line_styles(["performer"])["performer"] == styles["performer"]  # a family keeps its look
+    pair = plots.line_styles(["linear", "linear-causal"])
+    assert pair["linear"]["color"] != pair["linear-causal"]["color"]  # same family, one figure: told apart
+
+
+def test_scale_unit():
+    assert plots.scale_unit("B", 5 * 2**20) == (2**20, "MiB")
+    assert plots.scale_unit("B", 3 * 2**30) == (2**30, "GiB")
+    assert plots.scale_unit("FLOP", 1e12) == (1e9, "GFLOP")
+    assert plots.scale_unit("s", 2.0) == (1e-3, "ms")
+    assert plots.scale_unit("widgets", 7) == (1.0, "widgets")
+
+
+def test_plot_lines(tmp_path):
+    df = synthetic(tmp_path)
+    fig = plots.plot_lines(df, ["time_fwd", "model_peak_fwd_bytes", "not_a_metric"], notes=["a note"])
+    axes = fig.axes
+    assert [ax.get_title() for ax in axes] == ["forward time (measured)", "peak memory, forward (meta model)"]
+    assert [ax.get_ylabel() for ax in axes] == ["ms", "GiB"]  # exact's n^2 bytes reach 4 GiB at n = 65536
+    assert all(ax.get_xscale() == "log" and ax.get_yscale() == "log" for ax in axes)
+    lines = axes[1].get_lines()
+    assert len({(line.get_color(), line.get_marker()) for line in lines}) == len(lines) == 4
+    top = max(max(line.get_ydata()) for line in lines)
+    assert top == pytest.approx(65536**2 / 2**30)  # values divided by the unit
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == [
+        "exact", "linformer-k128", "performer-causal", "peer-performer-causal"]
+    assert "a note" in [t.get_text() for t in fig.texts]
+    with pytest.raises(ValueError, match="none of the requested metrics"):
+        plots.plot_lines(df, ["nothing"])
+    matplotlib.pyplot.close("all")

@@ -11,6 +11,7 @@
 from minilin.bench.cli import QUICK, build_parser, config_from_args, main, parse_bytes, parse_lengths
 from minilin.bench.meters import (
     LiveBytes,
+    allocator_peak,
     block_timer,
     flop_counter,
     measured_saved_bytes,

@@ -2,11 +2,15 @@
 
     saved_tensor_bytes  what autograd keeps for backward (`saved_tensors_hooks`), each storage counted once
     LiveBytes           a TorchDispatchMode adding each new storage and subtracting it when freed: the peak
+    allocator_peak      the CPU allocator's own peak during a call (torch.profiler), kernel workspaces included
     flop_counter        torch's FlopCounterMode, plus the fused CPU flash-attention kernel (matmul-like ops only)
     model_case          all three on device="meta": shapes flow through every op, nothing is allocated
     block_timer         seconds per call: torch.utils.benchmark.Timer on CPU, CUDA events on GPU
 """
+import contextlib
 import gc
+import os
+import sys
 import time
 import weakref
 
@@ -87,6 +91,48 @@ class LiveBytes(TorchDispatchMode):
             self.peak = max(self.peak, self.current)
             weakref.finalize(storage, self._free, key)
         return out
+
+
+@contextlib.contextmanager
+def _quiet_fd2():
+    """Silence file descriptor 2 (C++ log lines, which Python's sys.stderr never sees) for the block."""
+    sys.stderr.flush()
+    saved, devnull = os.dup(2), os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 2)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
+
+
+def allocator_peak(call):
+    """Peak bytes the CPU allocator held during call() above what it held before: a meter independent of LiveBytes.
+
+    torch.profiler's profile_memory records every allocation and free of PyTorch's CPU allocator, buffers that a
+    kernel allocates internally included (LiveBytes, at the operator level, cannot see those); the running sum of
+    these events in time order peaks here. CPU only (on CUDA: torch.cuda.max_memory_allocated). The profiler's
+    own log lines, written by its C++ side to file descriptor 2, are silenced.
+
+    call() runs once unprofiled first (once-only buffers). Blocks allocated before the profiled call and freed
+    inside it are ignored, as they should be, with one exception: the profiler remembers every block it saw
+    allocated, and forgets it only if it also sees the free. So a call that leaves a buffer alive after it returns
+    (a module keeping a copy of its last input) leaves a stale entry, which can later be matched to another block
+    at the same address and lower a later measurement. Measure functions that free what they allocate.
+    """
+    from torch.profiler import ProfilerActivity, profile
+    call()
+    gc.collect()
+    with _quiet_fd2(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        call()
+    events = sorted((e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events()
+                    if e.name() == "[memory]" and e.device_type() == torch.autograd.DeviceType.CPU)
+    current = peak = 0
+    for _, nbytes in events:
+        current += nbytes
+        peak = max(peak, current)
+    return peak
 
 
 # ---- FLOPs ---------------------------------------------------------------------------------------------------
