@@ -77,12 +77,11 @@ _PEER_LINFORMER_COLORS = ("#dbdb8d", "#bcbd22", "#8c8d16", "#5e5f0f")
 def palette(methods):
     """A fixed colour per method: a hue per family, lighter for causal, shades of green by Linformer proj_len."""
     parsed = {name: _parsed(name) for name in methods}
-    proj_lens = sorted({m.proj_len for m in parsed.values() if m is not None and m.proj_len})
     out = {}
     for name, m in parsed.items():
-        if m is not None and m.proj_len:
+        if m is not None and m.proj_len:  # the shade depends on proj_len alone, not on what else is drawn
             shades = _PEER_LINFORMER_COLORS if m.peer else _LINFORMER_COLORS
-            out[name] = shades[min(proj_lens.index(m.proj_len), len(shades) - 1)]
+            out[name] = shades[min(max(round(math.log2(m.proj_len)) - 6, 0), len(shades) - 1)]  # ≤64,128,256,≥512
             continue
         causal = m.causal if m is not None else name.endswith("-causal")
         family = ("peer-" if m.peer else "") + m.variant if m is not None else name.removesuffix("-causal")
@@ -101,7 +100,8 @@ def describe(df):
 def plot_curves(df, metrics, *, methods=None, title=None, col_wrap=3, height=3.0):
     """Log-log curves, one panel per metric, one line per method (causal methods dashed); returns the Figure.
 
-    Only rows with status "ok" are drawn; cases that were slow, out of memory or skipped simply end a line.
+    Only rows with status "ok" are drawn. A line that stops early (the next n was too slow, out of memory or
+    skipped) ends in a cross of its colour; the legend says so, and the CSV's status and note give the reason.
     """
     metrics = [m for m in metrics if m in set(df["metric"])]
     if not metrics:
@@ -115,13 +115,30 @@ def plot_curves(df, metrics, *, methods=None, title=None, col_wrap=3, height=3.0
                        col_wrap=min(col_wrap, len(metrics)), kind="line", marker="o", markersize=4,
                        height=height, aspect=1.15, facet_kws={"sharey": False})
     grid.set(xscale="log", yscale="log")
+    colors, stopped_any = palette(methods), False
     for ax in grid.axes.flat:
         metric = ax.get_title().split(" = ")[-1]
+        for method in methods:
+            rows = df[(df["method"] == method) & (df["metric"] == metric)]
+            ok = rows[rows["status"] == "ok"].sort_values("n")
+            if len(ok) and (rows[rows["status"] != "ok"]["n"] > ok["n"].max()).any():
+                ax.plot(ok["n"].iloc[-1], ok["value"].iloc[-1], marker="X", ms=9, color=colors[method], ls="none",
+                        markeredgecolor="black", markeredgewidth=0.6, zorder=5)
+                stopped_any = True
         label, unit = METRIC_LABELS.get(metric, (metric, ""))
         ax.set_title(label, fontsize=9)
         ax.set_xscale("log", base=2)
         ax.set_xlabel("sequence length n")
         ax.set_ylabel(unit)
+    if stopped_any and grid.legend is not None:
+        from matplotlib.lines import Line2D
+        handles = list(grid.legend.legend_handles) + [Line2D([], [], marker="X", ls="none", color="grey",
+                                                              markeredgecolor="black", ms=8)]
+        labels = [t.get_text() for t in grid.legend.texts] + ["line stops: next n too slow, out of memory or "
+                                                              "skipped (CSV: status, note)"]
+        grid.legend.remove()
+        grid.figure.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8,
+                           frameon=False)
     grid.figure.suptitle(title or describe(df), y=1.02, fontsize=10)
     grid.figure.subplots_adjust(wspace=0.35, hspace=0.35)
     return grid.figure

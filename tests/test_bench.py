@@ -306,3 +306,14 @@ def test_allocator_peak_agrees_with_live_bytes_where_no_kernel_allocates_inside(
             peak = bench.allocator_peak(lambda: fn(q, k, v))
         # (the allocator also sees a Python scalar wrapped into a 0-d tensor for a moment: a few bytes)
         assert (0 <= peak - live.peak <= 64) if equal else (peak > 1.05 * live.peak > 0), (method, peak, live.peak)
+
+
+def test_a_second_run_says_it_replaces_the_first(tmp_path, capsys):
+    from minilin.bench.cli import main
+    argv = ["--lengths", "32", "--model-lengths", "32", "--methods", "exact", "--heads", "2", "--dim-head", "8",
+            "--min-run-time", "0.002", "--rounds", "1", "--no-plots", "--no-progress", "--out", str(tmp_path)]
+    assert main(argv) == 0
+    assert "replaces" not in capsys.readouterr().err
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    assert "replaces" in err and "bench-cpu-float32.csv" in err and "--out" in err

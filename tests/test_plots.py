@@ -94,6 +94,23 @@ def test_palette_is_stable_and_distinct():
     assert len(set(colors.values())) == len(DEFAULT_METHODS)
     assert plots.palette(["performer"])["performer"] == colors["performer"]  # independent of what else is plotted
     assert plots.palette(["boom"])["boom"]  # a name the registry does not know still gets a colour
+    # a Linformer's shade depends on its own proj_len, not on which other Linformers are drawn
+    alone = plots.palette(["linformer-k256"])["linformer-k256"]
+    assert plots.palette(["linformer-k128", "linformer-k256"])["linformer-k256"] == alone
+    assert plots.palette(["linformer-k64", "linformer-k256", "linformer-k1024"])["linformer-k256"] == alone
+
+
+def test_a_line_that_stops_early_ends_in_a_marked_cross(tmp_path):
+    df = synthetic(tmp_path)      # exact is out of memory at n = 65536 in time_fwd
+    fig = plots.plot_curves(df, ["time_fwd"])
+    ax = [a for a in fig.axes if a.get_title()][0]
+    crosses = [line for line in ax.lines if line.get_marker() == "X"]
+    assert len(crosses) == 1 and crosses[0].get_xdata()[0] == 8192       # the last n exact ran
+    labels = [t.get_text() for legend in fig.legends for t in legend.get_texts()]
+    assert any("line stops" in label for label in labels)
+    fig = plots.plot_curves(df, ["model_peak_fwd_bytes"])                   # no method stops there: no cross
+    assert not [line for a in fig.axes for line in a.lines if line.get_marker() == "X"]
+    matplotlib.pyplot.close("all")
 
 
 def test_plot_curves(tmp_path):

@@ -5,6 +5,7 @@ one is a `minilin.cli.UsageError`: one line on stderr naming the fix, exit code 
 """
 import argparse
 import os
+import sys
 import re
 import textwrap
 import time
@@ -190,9 +191,13 @@ def main(argv=None):
     cfg = config_from_args(args)
     device = _device(cfg.device)
     out = _out_folder(args.out)
+    stem = os.path.join(out, f"bench-{device.type}-{cfg.dtype}")
+    earlier = [p for p in (stem + ".csv", stem + "-measured.png", stem + "-model.png") if os.path.exists(p)]
+    if earlier:  # said before the sweep, so there is time to stop it (Ctrl-C) and choose another --out
+        print(f"note: this run replaces {', '.join(earlier)} from an earlier run when it ends; "
+              f"use --out DIR to keep both", file=sys.stderr, flush=True)
     t0 = time.perf_counter()
     rows = run(cfg)
-    stem = os.path.join(out, f"bench-{device.type}-{cfg.dtype}")
     written = [write_csv(rows, stem + ".csv")]
     df = load_csv(written[0])
     from minilin import plots  # plots reads results; only this command draws them
