@@ -36,7 +36,7 @@ Numerical stability (FAVOR+ exponentiates; exp overflows float32 above ~88 and f
     causal scan and one stabilisation shared with every linear attention in the package (minilin/linear.py).
 
 References: "Rethinking Attention with Performers", Choromanski et al. 2020, arXiv 2009.14794 (Lemma 1,
-positive features; Lemma 2, their MSE vs trigonometric features; Thm 3, orthogonal rows; App. B.1, causal
+positive features; Lemma 2, their MSE vs trigonometric features; Thm 2, orthogonal rows; App. B.1, causal
 prefix sums). "Transformers are RNNs", Katharopoulos et al. 2020, arXiv 2006.16236 (causal linear
 attention as a recurrence with an (m × Dv) state).
 """
@@ -75,7 +75,7 @@ def gaussian_projection(nb_features, dim, *, generator, dtype=torch.float32, dev
 
 
 def orthogonal_gaussian(nb_features, dim, *, generator, scaling="chi", dtype=torch.float32, device=None):
-    """Block-orthogonal Gaussian projection (m, d): rows orthogonal within each block of d rows (Thm 3).
+    """Block-orthogonal Gaussian projection (m, d): rows orthogonal within each block of d rows (Thm 2).
 
     Each block is the Q of a QR factorisation of a d×d Gaussian matrix, sign-corrected by diag(R) so that
     it is Haar-distributed (each row uniform on the sphere); m > d stacks independent blocks, the last one
