@@ -45,8 +45,10 @@ def effective_rank(s):
     matrix. Zero singular values contribute 0 to the entropy (0·log 0 = 0): do not let them produce NaN.
 
     Hint 1 (nudge): turn the spectrum into a probability distribution, measure its entropy, and undo the log.
-    Hint 2 (plan): normalise along the last axis; compute p·log p only where p > 0 (`torch.where`), 0 elsewhere;
-        sum over the last axis; exponentiate.
+    Hint 2 (plan): normalise along the last axis; compute p·log p only where p > 0, 0 elsewhere; sum over the last
+        axis; exponentiate. If you pick the entries with `torch.where`, let it choose what goes *into* the log (a
+        stand-in of 1 where p = 0) rather than choose between p·log p and 0 afterwards: both give the right value, but
+        the second still takes log 0 in the branch it throws away, and its gradient comes out NaN.
     Hint 3 (formula): p = s / Σ s;  H = -Σ_{p_i > 0} p_i log p_i;  effective rank = exp(H).
     """
     raise NotImplementedError("Task 2.3")

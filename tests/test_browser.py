@@ -34,7 +34,7 @@ def readme_launch_command():
     """The README's `jupyter lab ...` line (Quickstart step 2), as arguments after `jupyter lab`."""
     import shlex
     text = (ROOT / "README.md").read_text(encoding="utf-8")
-    blocks = re.findall(r"^```(?:bash|sh)?\n(.*?)^```", text, re.S | re.M)
+    blocks = re.findall(r"^```[^\n]*\n(.*?)^```", text, re.S | re.M)
     lines = [line.strip() for block in blocks for line in block.splitlines() if line.strip().startswith("jupyter lab")]
     assert len(set(lines)) == 1, f"the README should give one launch command, found {lines}"
     words = shlex.split(lines[0])
