@@ -19,8 +19,9 @@ def project_sequence(x, E, mask=None):
          What should a padded position contribute to that sum, and what does 0 * NaN give?
       2. Plan: keep E's first M columns, (k, M) or (H, k, M); turn mask (B, M) into (B, 1, M, 1) so it
          broadcasts over heads and features; zero x there; one matrix product gives (B, H, k, D).
-      3. `x = x.masked_fill(~mask[:, None, :, None], 0.0)` when mask is not None, then `E[..., :M] @ x`
-         (a (k, M) or an (H, k, M) matrix broadcasts over (B, H, M, D)).
+      3. Formula: with a mask, first set x to zero at every padded position (the mask viewed as (B, 1, M, 1));
+         the result is E restricted to its first M columns, matrix-multiplied with x (a (k, M) or (H, k, M)
+         matrix broadcasts over (B, H, M, D)).
     """
     raise NotImplementedError("Task 3.1")
 

@@ -23,11 +23,9 @@ def efficient_attention(q, k, v, mask=None):
       2. Plan: turn mask (B, M) into (B, 1, M, 1) and hide the padded keys; ρ_k over dim -2 is (B, H, M, D),
          made safe for all-padded columns; the "context" ρ_k(k)ᵀ v is (B, H, D, Dv), one per head; ρ_q over
          dim -1 is (B, H, N, D); ρ_q times the context gives (B, H, N, Dv). Multiply in that order.
-      3. If mask is given, `k = k.masked_fill(~mask[:, None, :, None], float("-inf"))`. Then
-         `top = k.amax(dim=-2, keepdim=True)`, set to 0 where it is not finite
-         (`torch.where(torch.isfinite(top), top, 0.0)`); `e = torch.exp(k - top)` (exp(-inf) = 0);
-         `rho_k = e / total` with `total = e.sum(dim=-2, keepdim=True)` replaced by 1 where it is 0;
-         finally `torch.softmax(q, dim=-1) @ (rho_k.transpose(-2, -1) @ v)`.
+      3. Formula: padded keys become -inf. For each feature, subtract the largest key over the positions (use
+         0 where that largest value is not finite), exponentiate, and divide by the column's sum (use 1 where
+         the sum is 0): that is ρ_k. The output is the softmax of q over its features, times (ρ_kᵀ v).
     """
     raise NotImplementedError("Task 5.1")
 

@@ -71,9 +71,9 @@ def lm_loss(logits, targets):
       2. Plan: log-probabilities over V, (B, L, V); a (B, L) bool "keep" mask; an index of shape (B, L, 1)
          with every IGNORE replaced by a valid id; gather along the last axis, (B, L); drop the positions
          that are not kept; minus the mean over the rest.
-      3. `keep = targets != IGNORE`; `logp = torch.log_softmax(logits, dim=-1)`;
-         `picked = logp.gather(-1, targets.clamp(min=0)[..., None])[..., 0]`;
-         loss = `-(picked * keep).sum() / keep.sum()`.
+      3. Formula: loss = −(1/K) Σ over the K kept positions of log softmax(logits)[target], where a position is
+         kept when its target is not IGNORE (replace IGNORE by any valid id before indexing, then leave those
+         positions out of the sum and of K).
     """
     raise NotImplementedError("Task 7.3")
 
@@ -109,11 +109,10 @@ def mask_for_mlm(tokens, *, generator, mask_prob=0.15):
          uniform one for the choice, random bytes; a copy of tokens to corrupt; two bool masks (selected and
          "mask it", selected and "swap it") to write into that copy; targets full of IGNORE except at the
          selected positions. Never modify `tokens` itself.
-      3. `selected = torch.rand(tokens.shape, generator=generator) < mask_prob`; `u = torch.rand(...)` the same
-         way; `random_bytes = torch.randint(256, tokens.shape, generator=generator)`;
-         `corrupted = tokens.clone()`; `corrupted[selected & (u < 0.8)] = MASK_ID`;
-         `swap = selected & (u >= 0.8) & (u < 0.9)`; `corrupted[swap] = random_bytes[swap]`;
-         `targets = torch.full_like(tokens, IGNORE)`; `targets[selected] = tokens[selected]`.
+      3. Formula: a position is selected when its first uniform draw is below mask_prob. Among the selected,
+         a second uniform draw u below 0.8 means MASK_ID, u in [0.8, 0.9) means the random byte drawn for that
+         position, otherwise the byte stays. Targets are IGNORE everywhere except the selected positions, which
+         keep the original byte.
     """
     raise NotImplementedError("Task 7.4")
 
@@ -131,9 +130,9 @@ def lr_at(step, *, lr, steps, warmup, min_lr):
          once p reaches 1? With warmup = 0, which branch does step 0 take?
       2. Plan: one if for the warm-up; otherwise compute p, clipped at 1, then the cosine formula. Plain Python
          arithmetic on floats; no tensors needed.
-      3. `if step < warmup: return lr * (step + 1) / warmup`, then
-         `p = min(1.0, (step - warmup) / max(1, steps - warmup))` and
-         `return min_lr + (lr - min_lr) * (1.0 + math.cos(math.pi * p)) / 2.0` (after `import math`).
+      3. Formula: during warm-up the rate is lr·(step + 1)/warmup. After it, p is the fraction of the
+         remaining steps done (steps − warmup of them, at least 1), capped at 1, and the rate is
+         min_lr + (lr − min_lr)·(1 + cos(π·p))/2.
     """
     raise NotImplementedError("Task 7.5")
 
