@@ -31,7 +31,8 @@ weight, a query that sees no key outputs zeros, never NaN.
 import torch
 
 from minilin.attention import check_attention_inputs
-from minilin.linear import EfficientPair, LinearSelfAttention, linear_attention, visible_counts
+from minilin.linear import (EfficientPair, LinearSelfAttention, _compute_dtype, global_linear_attention,
+                            linear_attention, visible_counts)
 
 EFFICIENT = EfficientPair()
 
@@ -48,14 +49,10 @@ def key_softmax(k, mask=None):
 
     k: (B, H, M, D), mask: (B, M) bool True = real token -> (B, H, M, D), each column sums to 1 (or is 0).
     """
-    if mask is None:
-        return torch.softmax(k, dim=-2)
-    k = k.masked_fill(~mask[:, None, :, None], float("-inf"))
-    top = k.amax(dim=-2, keepdim=True)
-    top = torch.where(torch.isfinite(top), top, torch.zeros_like(top))  # all padded: exp(-inf) = 0 below
-    e = torch.exp(k - top.detach())  # the max cancels in e / total; detached so it adds no gradient path
-    total = e.sum(dim=-2, keepdim=True)
-    return e / torch.where(total > 0, total, torch.ones_like(total))
+    if mask is not None:
+        k = k.masked_fill(~mask[:, None, :, None], float("-inf"))
+    p = torch.softmax(k, dim=-2)
+    return torch.where(torch.isnan(p) & (k == float("-inf")), torch.zeros_like(p), p)  # all padded: 0, not NaN
 
 
 def efficient_attention(q, k, v, *, mask=None, causal=False, bucket_size=None, chunk_size=64):
@@ -64,12 +61,23 @@ def efficient_attention(q, k, v, *, mask=None, causal=False, bucket_size=None, c
     q: (B, H, N, D)   k: (B, H, M, D)   v: (B, H, M, Dv)   mask: (B, M) bool, True = real token
     bucket_size: causal only; None/1 = plain causal, B > 1 = the bucketed variant of linear-attention-transformer.
     chunk_size: positions per step of the causal scan (memory O(chunk²) per step, never N×M).
-    returns (B, H, N, Dv). It is `minilin.linear.linear_attention` with the `EfficientPair` feature maps.
+    returns (B, H, N, Dv). Non-causal: `minilin.linear.global_linear_attention` on ρ_q(q) and `key_softmax(k)`
+    (both ≤ 1, so nothing overflows); causal: `minilin.linear.linear_attention` with the `EfficientPair` maps.
+    float16/bfloat16 are computed in float32 and cast back.
     """
     check_attention_inputs(q, k, v, mask)
     _check_bucket_chunk(bucket_size, chunk_size)
-    return linear_attention(q, k, v, feature_map=EFFICIENT, mask=mask, causal=causal, chunk_size=chunk_size,
-                            bucket_size=bucket_size)
+    if causal:
+        return linear_attention(q, k, v, feature_map=EFFICIENT, mask=mask, causal=True, chunk_size=chunk_size,
+                                bucket_size=bucket_size)
+    if bucket_size not in (None, 1):
+        raise ValueError("bucket_size only applies to causal=True (the non-causal form sees every key); drop it")
+    out_dtype, dtype = q.dtype, _compute_dtype(q)
+    q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
+    B, H, N, _ = q.shape
+    if N == 0 or k.shape[2] == 0:
+        return q.new_zeros(B, H, N, v.shape[-1]).to(out_dtype)
+    return global_linear_attention(torch.softmax(q, dim=-1), key_softmax(k, mask), v).to(out_dtype)
 
 
 def efficient_attention_loops(q, k, v, *, mask=None, causal=False, bucket_size=None):

@@ -1,21 +1,20 @@
 """Feature maps φ for linear attention (minilin.linear): one small object per map, as fast-transformers'
-`feature_maps/` does. `query(q)` and `key(k)` map (..., N, D) -> (..., N, F); exponential maps return the
-exponents e (φ = exp(e) up to factors that cancel) so that linear attention can stabilise them.
+`feature_maps/` does. A map is a pure φ, applied to each query and each key on its own: `query(q)` and
+`key(k)` map (..., N, D) -> (..., N, F); exponential maps return the exponents e (φ = exp(e) up to factors that
+cancel) so that `minilin.linear.linear_attention` can stabilise them (the shifts it runs: its module docstring).
 """
 
 import torch
 
 
 class FeatureMap:
-    """φ for linear attention. `query(q)` and `key(k)` map (..., N, D) -> (..., N, F).
+    """φ for linear attention. `query(q)` and `key(k)` map (..., N, D) -> (..., N, F), row by row.
 
-    exponential=True: they return exponents e (φ = exp(e) up to a per-query or global constant) and the
-    attention functions below stabilise them. key_normaliser=True: non-causal keys are normalised over the
-    positions (efficient attention), a global normaliser that has no recurrent one-token form.
+    exponential=True: they return exponents e (φ = exp(e) up to a per-query or global constant), which
+    minilin.linear shifts before exp.
     """
     name = "feature map"
     exponential = False
-    key_normaliser = False
 
     def query(self, q):
         raise NotImplementedError
@@ -97,12 +96,15 @@ class TrigRandomFeatures(FeatureMap):
 
 
 class EfficientPair(FeatureMap):
-    """Efficient attention's maps (Shen et al., arXiv 1812.01243), as linear-attention-transformer 0.19.1
-    computes them: φ_q = softmax over each query's features; φ_k = exp(k) with one normaliser per query
-    (causal), or a softmax over the key positions per feature (non-causal, eq. 3 of the paper)."""
+    """Causal efficient attention's maps, as linear-attention-transformer 0.19.1 computes them (its
+    `causal_linear_attn`): φ_q = softmax over each query's features, φ_k = exp(k), one normaliser per query.
+
+    Non-causal efficient attention (Shen et al., arXiv 1812.01243, eq. 3) normalises each key feature over the
+    key positions instead: a normaliser over the whole sequence, not a map of one key, so it is no FeatureMap;
+    `minilin.efficient.efficient_attention` computes it itself.
+    """
     name = "softmax-over-features / exp (efficient attention)"
     exponential = True
-    key_normaliser = True
 
     def query(self, q):
         return q  # softmax over features = exp(q) / a per-query constant, which cancels

@@ -6,21 +6,29 @@ Associativity turns the (N × M) matrix into an (F × Dv) state Σ_j φ(k_j) v_j
     elu_plus_one             elu(x) + 1                                Katharopoulos et al. 2020
     PositiveRandomFeatures   exp(Wx' − |x'|²/2)/√m                     Performer / FAVOR+ (arXiv 2009.14794)
     TrigRandomFeatures       exp(|x'|²/2)/√m · [sin Wx', cos Wx']      Performer's counter-example
-    EfficientPair            softmax over q's features; exp(k), or a   Shen et al. (arXiv 1812.01243), as
-                             softmax over key positions (non-causal)   linear-attention-transformer computes it
+    EfficientPair            softmax over q's features; exp(k)         causal efficient attention (Shen et al.,
+                                                                       arXiv 1812.01243), as linear-attention-
+                                                                       transformer computes it (minilin.efficient)
 Shapes and mask/causal semantics: the package contract (minilin/attention.py). One chunked causal scan
 (`_scan`): inside a chunk the masked quadratic form, across chunks an (F × Dv+1) prefix sum (App. B.1 of
 arXiv 2009.14794); never an (N, F, Dv) tensor.
 
-Exponential features overflow (float32 above e ≈ 88), and a factor common to a query's numerator and
-normaliser cancels, so exponents are shifted. Non-causal: feature f of every key by its max over the keys,
-C_f, and query i by max_f(e_if + C_f), so each row's largest term is exactly 1 and its normaliser cannot
-underflow. Causal: keys by one running max over features and positions ≤ j (never the future: a max over all positions lets
-later keys into earlier outputs, performer-pytorch#82), carried as a log-scale and rescaled by exp(r_old −
-r_new) ≤ 1 (the online-softmax trick); queries by their own row max. If a query's large features then meet
-only small key features, its normaliser underflows: that row is 0 and a RuntimeWarning says so (inputs of
-norm ~10 in float32; scale them down or use float64). Padded keys get exponent −inf: weight exactly 0 (φ(0)
-is not 0, performer-pytorch#89). float16/bfloat16 are computed in float32 (fast-transformers#32).
+Stabilisation: the rule every attention with exponential features runs (FAVOR+'s PositiveRandomFeatures,
+EfficientPair: favor_attention, efficient_attention causal, their modules and `step`s), described only here.
+Exponents overflow exp (float32 above e ≈ 88), and a factor common to a query's numerator and normaliser
+cancels, so `linear_attention` and `linear_step` shift them before exp:
+  non-causal   feature f of every key by C_f, its max over the real keys; query i by max_f(e_if + C_f). Each
+               row's largest term is exactly 1, so its normaliser cannot underflow.
+  causal       key j by r_j, one running max over features and positions ≤ j (never the future: a max over all
+               positions lets later keys into earlier outputs, performer-pytorch#82), carried through the scan as a
+               log-scale and rescaled by exp(r_old − r_new) ≤ 1 (the online-softmax trick); query i by its own
+               row max. One number per key keeps the in-chunk part one matrix product, but if a query's large
+               features meet only small key features its normaliser underflows: that row is 0 and a
+               RuntimeWarning says so (inputs of norm ~10 in float32; scale them down or use float64).
+  recurrent    `linear_step`: a running max per feature c_f (the state's rows stored divided by exp(c_f)), queries
+               as in the non-causal case, so each row's largest term is exactly 1 and no row is lost.
+Padded keys get exponent −inf: weight exactly 0 (φ(0) is not 0, performer-pytorch#89). float16/bfloat16 are
+computed in float32 (fast-transformers#32). The maxima are detached: they cancel, so their gradient is zero.
 
 Non-finite inputs reach exactly the outputs that may see them (NaN out, never a silent zero); with
 causal=True, outputs before a NaN/inf query or key are bit-identical to a run without it. A NaN *value* can
@@ -32,7 +40,7 @@ from dataclasses import dataclass
 
 import torch
 
-from minilin.attention import MultiHeadSelfAttention, check_attention_inputs
+from minilin.attention import MultiHeadSelfAttention, allowed_keys, check_attention_inputs
 from minilin.feature_maps import (  # noqa: F401 (the maps are part of this module's interface)
     EfficientPair, ELUPlusOne, FeatureMap, PositiveRandomFeatures, TrigRandomFeatures, _check_projection, elu_plus_one)
 
@@ -259,13 +267,8 @@ def linear_attention(q, k, v, *, feature_map, mask=None, causal=False, chunk_siz
     returns (B, H, N, Dv). Same mask and causal semantics as `softmax_attention`; causal uses the chunked
     scan with `chunk_size` (and `bucket_size`, for the bucketed variant).
 
-    Exponential maps are shifted before exp (see the module docstring). Non-causal: feature f of the keys by
-    C_f, the max of the key exponents on f; query i by s_i = max_f(e_if + C_f), so every factor is ≤ 1, query
-    i's largest term is exactly 1 and its normaliser cannot underflow. Causal: one running scale per key
-    position (the largest exponent over all features and positions so far), which keeps the in-chunk part one
-    matrix product; a row whose keys all sit far below that running max can then underflow to 0 in float32
-    (a RuntimeWarning says so; notebook 04 section 9). The recurrent form `linear_step` keeps one scale per
-    feature and does not lose such a row.
+    Exponential maps are shifted before exp as the module docstring's "Stabilisation" says (causal rows that
+    underflow are 0 with a RuntimeWarning; notebook 04 section 9). `linear_attention_reference` is its spec.
     """
     check_attention_inputs(q, k, v, mask)
     if not isinstance(feature_map, FeatureMap):
@@ -293,10 +296,6 @@ def linear_attention(q, k, v, *, feature_map, mask=None, causal=False, chunk_siz
     ek = ek if padded is None else ek.masked_fill(padded, float("-inf"))  # padded keys: weight exactly 0
     eq = feature_map.query(q)  # (B, H, N, F)
     if not causal:
-        if feature_map.key_normaliser:  # softmax over the key positions per feature, and over q's features
-            fk = torch.softmax(ek, dim=-2)
-            fk = torch.where(torch.isnan(fk) & (ek == float("-inf")), torch.zeros_like(fk), fk)  # all padded: 0
-            return global_linear_attention(torch.softmax(eq, dim=-1), fk, v).to(out_dtype)
         ek, eq = _own(ek, k), _own(eq, q)  # the shifts below work in place on these (N, F) temporaries
         c = ek.detach().amax(dim=-2, keepdim=True)  # (B, H, 1, F) per-feature max over the keys
         c = torch.where(c == float("-inf"), torch.zeros_like(c), c)  # no real key: any finite scale
@@ -319,6 +318,23 @@ def linear_attention(q, k, v, *, feature_map, mask=None, causal=False, chunk_siz
     return out.to(out_dtype)
 
 
+def linear_attention_reference(q, k, v, *, feature_map, mask=None, causal=False):
+    """The spec of `linear_attention`: the (N × M) matrix A_ij = φ(q_i)·φ(k_j), formed explicitly and masked.
+
+    q: (B, H, N, D)   k: (B, H, M, D)   v: (B, H, M, Dv)   mask: (B, M) bool, True = real token
+    returns (B, H, N, Dv): out_i = Σ_j A_ij v_j / Σ_j A_ij over the keys i may see (`allowed_keys`: padding,
+    causal bottom-right), eq. 4-6 of arXiv 2006.16236 before associativity; a row with a zero normaliser
+    (no visible key) is 0. φ = `feature_map.features`, unstabilised (exp overflows for large inputs): O(N·M)
+    memory, for small tests and the notebooks.
+    """
+    check_attention_inputs(q, k, v, mask)
+    a = feature_map.features(q, is_query=True) @ feature_map.features(k, is_query=False).transpose(-2, -1)
+    a = torch.where(allowed_keys(q.shape[2], k.shape[2], mask=mask, causal=causal, device=q.device), a,
+                    torch.zeros_like(a))  # (B, H, N, M)
+    den = a.sum(-1, keepdim=True)  # (B, H, N, 1)
+    return torch.where(den != 0, a @ v / torch.where(den != 0, den, torch.ones_like(den)), torch.zeros_like(den))
+
+
 # ---- the recurrent form ---------------------------------------------------------------------------------
 
 @dataclass
@@ -337,8 +353,8 @@ def linear_step(q_t, k_t, v_t, state=None, *, feature_map):
 
     q_t, k_t: (B, H, T, D)   v_t: (B, H, T, Dv), usually T = 1, consumed one at a time:
         S += φ(k_t) v_tᵀ,  z += φ(k_t),  out_t = φ(q_t) S / φ(q_t) z
-    with the per-feature scaling of `linear_attention`. O(F·Dv) memory whatever the length so far; running
-    it over a sequence equals linear_attention(..., causal=True).
+    stabilised by a running max per feature (module docstring, "Stabilisation"). O(F·Dv) memory whatever the
+    length so far; running it over a sequence equals linear_attention(..., causal=True).
     """
     check_attention_inputs(q_t, k_t, v_t)
     if q_t.shape[2] != k_t.shape[2]:

@@ -1,6 +1,8 @@
 """The peers' attention functions on our (B, H, N, D) tensors, for the benchmark: fn(q, k, v) -> out running
 `linformer` 0.2.3, `performer-pytorch` 1.1.4 or `linear-attention-transformer` 0.19.1 unmodified (only
-their projections are replaced by our q, k, v), named `peer-<variant>` in minilin.variants.
+their projections are replaced by our q, k, v). Each builder is named by its variant's registry entry
+(`Variant.peer_bench` in minilin.variants) and benchmarked as `peer-<variant>`; it takes the keywords of every
+bench builder (causal, proj_len, nb_features, dim_head, heads) and uses those it needs.
 """
 
 
@@ -18,7 +20,7 @@ def _quiet():
     return stack
 
 
-def _peer_linformer(n, make, *, proj_len, dim_head, heads):
+def _peer_linformer(n, make, *, proj_len, dim_head, heads, **_):
     """linformer 0.2.3 LinformerSelfAttention with its projections replaced by our q, k, v (same E, F law)."""
     import torch
     import torch.nn as nn
@@ -46,7 +48,7 @@ def _peer_linformer(n, make, *, proj_len, dim_head, heads):
     return fn
 
 
-def _peer_performer(n, make, *, causal, nb_features, dim_head):
+def _peer_performer(n, make, *, causal, nb_features, dim_head, **_):
     """performer-pytorch 1.1.4 FastAttention (q, k, v -> out) with our projection in its buffer. Causal
     without fast_transformers' CUDA kernel runs its non-CUDA fallback, as it does for every pip user."""
     import torch
@@ -58,7 +60,7 @@ def _peer_performer(n, make, *, causal, nb_features, dim_head):
     return fast
 
 
-def _peer_efficient(n, make, *, causal):
+def _peer_efficient(n, make, *, causal, **_):
     """linear-attention-transformer 0.19.1's global heads; causal with bucket_size=1 (its SelfAttention's
     default blindspot_size)."""
     import functools
@@ -67,13 +69,3 @@ def _peer_efficient(n, make, *, causal):
     fn = functools.partial(causal_linear_attn, bucket_size=1) if causal else linear_attn
     return lambda q, k, v: fn(q, k, v)
 
-
-def attention_function(method, n, make, *, nb_features, dim_head, heads=8):
-    """fn(q, k, v) running the peer library's implementation of `method.variant` (see minilin.variants)."""
-    if method.variant == "linformer":
-        return _peer_linformer(n, make, proj_len=method.proj_len, dim_head=dim_head, heads=heads)
-    if method.variant == "performer":
-        return _peer_performer(n, make, causal=method.causal, nb_features=nb_features, dim_head=dim_head)
-    if method.variant == "efficient":
-        return _peer_efficient(n, make, causal=method.causal)
-    raise ValueError(f"no peer implementation of {method.variant!r}")

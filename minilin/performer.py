@@ -9,31 +9,21 @@ Shapes (the package-wide contract, see minilin/attention.py)
     features: (B, H, N, m) (positive) or (B, H, N, 2m) (trigonometric)
 
 Numerical stability (FAVOR+ exponentiates; exp overflows float32 above ~88 and float16 above ~11)
-    A positive feature is exp(w_iᵀx' − |x'|²/2)/√m with x' = x·D^(-1/4). A factor shared by every term
-    of a query's sums cancels in out = Σ_j φ(q)·φ(k_j) v_j / Σ_j φ(q)·φ(k_j). `favor_attention` hands the
-    exponents (`PositiveRandomFeatures`) to `minilin.linear.linear_attention`, which shifts them:
-    - non-causal: feature f of the keys by C_f, its largest exponent over the real keys (one constant per
-      feature), and query i by max_f(e_if + C_f), so that each row's largest term is exactly 1;
-    - causal (the chunked scan): key j by one number, the *running* max r_j over positions ≤ j of each key's
-      largest exponent, never the future (performer-pytorch's max over *all* positions, followed by constants
-      that do not cancel, lets the future into the past, its #82); the prefix sums carry r as a log-scale and
-      are rescaled by exp(r_old − r_new) ≤ 1 when it grows — the online-softmax trick, applied to the
-      (m × Dv) state; query i by its own row max. One number per key keeps the in-chunk part a matrix
-      product, but a row whose query and keys peak on different features can underflow (it is then 0, and
-      a RuntimeWarning says so);
-    - `favor_step` (the recurrence): a running max per feature, queries as in the non-causal case, so each
-      row's largest term is exactly 1.
-    `positive_features` and `causal_key_features` below write the features out explicitly with simpler
-    shifts (keys: one max over all real keys and features; causal keys: a running max over positions); the
-    tests and notebook 04 use them, `favor_attention` does not. A data-free bound also exists
-    (w_iᵀk' − |k'|²/2 ≤ |w_i|²/2), but it is loose by tens in the exponent (81 at D = 128 for N(0, 1)
-    keys): in float32 nearly every term of the normalisers is then subnormal, and the output error grows
-    with the inputs' scale (notebook 04 measures it; tests/test_performer.py guards float32 at D = 128).
-    Padded keys get exactly zero feature rows (φ(0) = 1/√m is not zero) and never enter a max.
-    float16/bfloat16 inputs are computed in float32 and the output cast back: the sums of N features
-    overflow float16 long before the exponentials do (fast-transformers#32).
-    The attention itself is `minilin.linear.linear_attention` with `PositiveRandomFeatures`: one chunked
-    causal scan and one stabilisation shared with every linear attention in the package (minilin/linear.py).
+    A positive feature is exp(w_iᵀx' − |x'|²/2)/√m with x' = x·D^(-1/4), and a factor shared by every term
+    of a query's sums cancels in out = Σ_j φ(q)·φ(k_j) v_j / Σ_j φ(q)·φ(k_j). `favor_attention`, `favor_step`
+    and `PerformerSelfAttention` hand the exponents (`PositiveRandomFeatures`: Wq' for queries, Wk' − |k'|²/2
+    for keys) to `minilin.linear.linear_attention` / `linear_step`, which run the package's one stabilisation
+    (minilin/linear.py, module docstring, "Stabilisation"): per-feature key maxima (non-causal), a running max
+    per key position (causal scan; an underflowed row is 0 with a RuntimeWarning), a running max per feature
+    (the recurrence); padded keys weigh exactly 0; float16/bfloat16 run in float32.
+    `positive_features` and `causal_key_features` below are not on that path: they write the features out
+    explicitly for the tests and notebook 04, each with the simpler shift its docstring states.
+    Not done, and why: a data-free bound (w_iᵀk' − |k'|²/2 ≤ |w_i|²/2) is loose by tens in the exponent (81 at
+    D = 128 for N(0, 1) keys): in float32 nearly every term of the normalisers is then subnormal, and the output
+    error grows with the inputs' scale (notebook 04 measures it; tests/test_performer.py guards float32 at
+    D = 128). performer-pytorch 1.1.4 shifts keys by one max over all positions and features, causal too, which
+    lets the future into the past (its #82), and adds 1e-4 to every feature after the shift, which does not
+    cancel (minilin.peers.PerformerPytorchFAVOR runs it, with or without those eps).
 
 References: "Rethinking Attention with Performers", Choromanski et al. 2020, arXiv 2009.14794 (Lemma 1,
 positive features; Lemma 2, their MSE vs trigonometric features; Thm 2, orthogonal rows; App. B.1, causal
@@ -198,7 +188,8 @@ def favor_attention(q, k, v, projection, *, kernel="positive", mask=None, causal
     returns (B, H, N, Dv). kernel: "positive" (FAVOR+) or "trig". Same mask/causal semantics as
     `softmax_attention`; causal uses the chunked prefix-sum scan with `chunk_size`.
     normalize=False approximates softmax(q kᵀ) (no 1/√D), as the unit tests of the estimator need.
-    float16/bfloat16 are computed in float32 and cast back.
+    It is `minilin.linear.linear_attention` with `feature_map(projection)`, stabilised as minilin/linear.py's
+    module docstring says; float16/bfloat16 are computed in float32 and cast back.
     """
     return linear_attention(q, k, v, feature_map=feature_map(projection, kernel=kernel, normalize=normalize),
                             mask=mask, causal=causal, chunk_size=chunk_size)
@@ -215,6 +206,11 @@ def favor_step(q_t, k_t, v_t, projection, state=None, *, kernel="positive", norm
 
 
 # ---- the module ---------------------------------------------------------------------------------------
+
+def default_nb_features(dim_head):
+    """performer-pytorch's default m = int(d · ln d) (at least 1)."""
+    return max(1, int(dim_head * math.log(dim_head)))
+
 
 def _mix_seed(seed, count):
     """A generator seed from (seed, redraw count): the same on every DDP rank with no communication."""
@@ -241,8 +237,7 @@ class PerformerSelfAttention(LinearSelfAttention):
             raise ValueError(f"redraw_interval must be a positive int or None, got {redraw_interval!r}")
         if nb_features is not None and (not isinstance(nb_features, int) or nb_features < 1):
             raise ValueError(f"nb_features must be a positive int or None (= dim_head·ln dim_head), got {nb_features!r}")
-        d = self.dim_head
-        self.nb_features = nb_features or max(1, int(d * math.log(d)))
+        self.nb_features = nb_features or default_nb_features(self.dim_head)
         self.ortho, self.kernel, self.scaling = ortho, kernel, scaling
         self.redraw_interval, self.seed = redraw_interval, seed
         self.register_buffer("projection", self.draw_projection(torch.Generator().manual_seed(_mix_seed(seed, 0))))

@@ -12,8 +12,9 @@ import math
 import matplotlib.pyplot as plt
 import seaborn as sns
 
+from minilin.bench.names import parse_method
 from minilin.bench.results import MODEL_METRICS, growth_exponent, series
-from minilin.variants import ATTENTIONS, parse_method
+from minilin.variants import VARIANTS
 
 # Linformer paper, Table 3: {n: {proj_len: (time saved, memory saved)}}, both "x times" the Transformer
 # (the paper calls the projected length k).
@@ -53,9 +54,10 @@ def _parsed(name):
 def method_order(name):
     """Sort key: the registry's variant order, ours before the peer's, non-causal first, then by size."""
     m = _parsed(name)
+    order = list(VARIANTS)
     if m is None:
-        return (len(ATTENTIONS), False, False, 0, 0, name)
-    return (ATTENTIONS.index(m.variant), m.peer, m.causal, m.proj_len or 0, m.nb_features or 0, name)
+        return (len(order), False, False, 0, 0, name)
+    return (order.index(m.variant), m.peer, m.causal, m.proj_len or 0, m.nb_features or 0, name)
 
 
 def _methods(df, methods=None):
@@ -65,27 +67,46 @@ def _methods(df, methods=None):
     return sorted(present, key=method_order)
 
 
-_FAMILY_COLORS = {  # (non-causal, causal) colour per family, so a method keeps its colour in every figure
-    "exact": ("#1f77b4", "#7fb2e5"), "sdpa": ("#ff7f0e", "#ffbb78"), "performer": ("#d62728", "#ff9896"),
-    "linear": ("#e377c2", "#f7b6d2"), "efficient": ("#9467bd", "#c5b0d5"),
-    "peer-performer": ("#8c564b", "#c49c94"), "peer-efficient": ("#7f7f7f", "#c7c7c7"),
-}
-_LINFORMER_COLORS = ("#98df8a", "#2ca02c", "#176217", "#0b3d0b")  # light (small proj_len) to dark (large)
-_PEER_LINFORMER_COLORS = ("#dbdb8d", "#bcbd22", "#8c8d16", "#5e5f0f")
+# Colours are handed out to the registry's variants in its order, so a method keeps its colour in every figure
+# and a variant added at the end of the registry changes no existing colour. Each list is used in turn by the
+# variants of one kind: ours / the peers' (those with `peer`), sized by Linformer's proj_len or not.
+_PAIRS = (("#1f77b4", "#7fb2e5"), ("#ff7f0e", "#ffbb78"), ("#d62728", "#ff9896"), ("#e377c2", "#f7b6d2"),
+          ("#9467bd", "#c5b0d5"))  # (non-causal, causal): exact, sdpa, performer, linear, efficient
+_PEER_PAIRS = (("#8c564b", "#c49c94"), ("#7f7f7f", "#c7c7c7"))  # peer-performer, peer-efficient
+_SHADES = (("#98df8a", "#2ca02c", "#176217", "#0b3d0b"),)  # light (proj_len ≤ 64) to dark (≥ 512): linformer
+_PEER_SHADES = (("#dbdb8d", "#bcbd22", "#8c8d16", "#5e5f0f"),)  # peer-linformer
+_SPARE_PAIRS = (("#393b79", "#9c9ede"), ("#637939", "#cedb9c"), ("#8c6d31", "#e7cb94"), ("#843c39", "#e7969c"),
+                ("#7b4173", "#de9ed6"), ("#3182bd", "#9ecae1"), ("#e6550d", "#fdae6b"), ("#31a354", "#a1d99b"),
+                ("#756bb1", "#bcbddc"), ("#636363", "#bdbdbd"))  # matplotlib's tab20b / tab20c, for later variants
+_UNKNOWN = ("#17becf", "#9edae5")  # a name the registry does not know
+
+
+def _families(ours, peers, spares=(), *, sized=None, sized_ours=(), sized_peers=()):
+    """{(variant, peer): an entry of `ours` / `peers`, in registry order (variants with sized_by == `sized` draw
+    from sized_ours / sized_peers instead); past the end of its list a variant takes the next spare, or None."""
+    out, spare = {}, iter(spares)
+    for peer in (False, True):
+        plain, shades = list(peers if peer else ours), list(sized_peers if peer else sized_ours)
+        for name, v in VARIANTS.items():
+            if peer and not v.peer:
+                continue
+            pool = shades if sized and v.sized_by == sized else plain
+            out[(name, peer)] = pool.pop(0) if pool else next(spare, None)
+    return out
 
 
 def palette(methods):
-    """A fixed colour per method: a hue per family, lighter for causal, shades of green by Linformer proj_len."""
-    parsed = {name: _parsed(name) for name in methods}
+    """A fixed colour per method: a hue per family, lighter for causal, shades by Linformer's proj_len."""
+    table = _families(_PAIRS, _PEER_PAIRS, _SPARE_PAIRS, sized="k", sized_ours=_SHADES, sized_peers=_PEER_SHADES)
     out = {}
-    for name, m in parsed.items():
+    for name in methods:
+        m = _parsed(name)
+        colors = (table.get((m.variant, m.peer)) if m is not None else None) or _UNKNOWN
         if m is not None and m.proj_len:  # the shade depends on proj_len alone, not on what else is drawn
-            shades = _PEER_LINFORMER_COLORS if m.peer else _LINFORMER_COLORS
-            out[name] = shades[min(max(round(math.log2(m.proj_len)) - 6, 0), len(shades) - 1)]  # ≤64,128,256,≥512
+            out[name] = colors[min(max(round(math.log2(m.proj_len)) - 6, 0), len(colors) - 1)]  # ≤64,128,256,≥512
             continue
         causal = m.causal if m is not None else name.endswith("-causal")
-        family = ("peer-" if m.peer else "") + m.variant if m is not None else name.removesuffix("-causal")
-        out[name] = _FAMILY_COLORS.get(family, ("#17becf", "#9edae5"))[int(causal)]
+        out[name] = colors[int(causal)]
     return out
 
 
@@ -258,13 +279,12 @@ def save_figures(df, stem):
 
 # ---- figures with a colour and a marker per method, in readable units -------------------------------------------
 
-# Okabe & Ito's colour-blind-safe colours (their yellow left out: too pale on white) and one marker per family, so a
-# method keeps its look in every figure; a second method of the same family in one figure takes a spare style.
-_STRONG = {
-    "exact": ("#0072B2", "o"), "sdpa": ("#D55E00", "s"), "linformer": ("#009E73", "^"), "performer": ("#CC79A7", "D"),
-    "linear": ("#E69F00", "v"), "efficient": ("#000000", "P"), "peer-linformer": ("#56B4E9", "X"),
-    "peer-performer": ("#882255", "X"), "peer-efficient": ("#56B4E9", "X"),
-}
+# Okabe & Ito's colour-blind-safe colours (their yellow left out: too pale on white) and one marker per family,
+# handed out in registry order like the palette above, so a method keeps its look in every figure; a second method
+# of the same family in one figure, or a variant past the end of the list, takes a spare style.
+_STRONG = (("#0072B2", "o"), ("#D55E00", "s"), ("#009E73", "^"), ("#CC79A7", "D"), ("#E69F00", "v"),
+           ("#000000", "P"))  # exact, sdpa, linformer, performer, linear, efficient
+_PEER_STRONG = (("#56B4E9", "X"), ("#882255", "X"), ("#56B4E9", "X"))  # peer-linformer, -performer, -efficient
 _SPARE = (("#332288", "<"), ("#117733", ">"), ("#CC6677", "p"), ("#44AA99", "h"), ("#999933", "*"), ("#AA4499", "d"),
           ("#661100", "8"), ("#6699CC", "H"))  # Paul Tol's muted set
 UNITS = {"B": ((2**20, "MiB"), (2**30, "GiB")), "FLOP": ((1e9, "GFLOP"),), "s": ((1e-3, "ms"),)}
@@ -273,11 +293,10 @@ UNITS = {"B": ((2**20, "MiB"), (2**30, "GiB")), "FLOP": ((1e9, "GFLOP"),), "s": 
 def line_styles(methods):
     """{method: {"color": ..., "marker": ...}}: a strong colour and a marker per family; no two methods of
     `methods` share a colour (a second one of a family takes a spare style), up to 16 methods."""
-    out, used = {}, set()
+    out, used, table = {}, set(), _families(_STRONG, _PEER_STRONG)
     for name in methods:
         m = _parsed(name)
-        family = (("peer-" if m.peer else "") + m.variant) if m is not None else name.removesuffix("-causal")
-        style = _STRONG.get(family)
+        style = table.get((m.variant, m.peer)) if m is not None else None
         if style is None or style[0] in used:
             style = next((s for s in _SPARE if s[0] not in used), ("#777777", "."))
         used.add(style[0])

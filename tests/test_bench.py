@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from minilin import bench, variants
+from minilin.bench.names import method_examples
 
 # Small shapes so that every case runs in milliseconds on a 2-core CPU.
 SMALL = bench.BenchConfig(batch=2, heads=2, dim_head=16, nb_features=32, progress=False)
@@ -110,7 +111,7 @@ def test_growth_is_what_the_registry_says(method, metric):
 
 
 @pytest.mark.parametrize("name", [pytest.param(m, marks=pytest.mark.peers) if m.startswith("peer-") else m
-                                  for m in variants.method_examples()])
+                                  for m in method_examples()])
 def test_every_registry_example_runs_in_the_bench(name):
     # one registry: whatever minilin.variants lists as a method, the bench can model (and label) it
     model = bench.model_case(name, 64, SMALL)
@@ -212,7 +213,7 @@ def test_out_of_memory_error_is_caught(monkeypatch):
             return q + k + v
         return fn
 
-    boom = variants.Variant("boom", "raises OOM at n >= 64", module=None, options=None, function=function)
+    boom = variants.Variant("boom", "raises OOM at n >= 64", module=None, bench=function)
     monkeypatch.setitem(variants.VARIANTS, "boom", boom)  # the bench has no registry of its own to patch
     df = bench.to_frame(bench.run(TINY, methods=("boom", "exact")))
     measured = df[df["source"] == "measured"]

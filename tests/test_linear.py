@@ -1,5 +1,6 @@
 """Linear attention as feature maps (minilin.linear): the formula, causality for every input, padding,
-the recurrent form, edge cases (empty sequences, non-finite inputs, half precision), and the registry."""
+the recurrent form, edge cases (empty sequences, non-finite inputs, half precision), and the tests every
+registry variant gets (minilin.variants): a new entry is covered without editing them."""
 import inspect
 import warnings
 
@@ -8,33 +9,16 @@ import torch
 
 from minilin import variants
 from minilin.attention import MultiHeadSelfAttention, sdpa_attention, softmax_attention
+from minilin.bench.names import method_examples, parse_method
 from minilin.efficient import efficient_attention
 from minilin.linear import (EfficientPair, LinearSelfAttention, PositiveRandomFeatures, elu_plus_one,
-                            linear_attention, linear_step)
+                            linear_attention, linear_attention_reference, linear_step)
+from minilin.model import ATTENTIONS as model_names, LMConfig
 from minilin.performer import PerformerSelfAttention, favor_attention, orthogonal_gaussian
 from minilin.probes import future_leakage
 from helpers import rand
 
 TOL = 1e-12  # float64: only round-off separates the scan from the formula
-
-
-def formula(q, k, v, phi, *, mask=None, causal=False):
-    """φ(q_i)·φ(k_j) weights, masked, normalised: the (N, M) form of linear attention, for small tests."""
-    a = phi(q) @ phi(k).transpose(-2, -1)  # (B, H, N, M)
-    n, m = q.shape[2], k.shape[2]
-    keep = torch.ones(n, m, dtype=torch.bool)
-    if causal:
-        keep = torch.arange(m)[None, :] <= torch.arange(n)[:, None] + (m - n)
-    keep = keep[None, None]
-    if mask is not None:
-        keep = keep & mask[:, None, None, :]
-    a = torch.where(keep, a, torch.zeros_like(a))
-    den = a.sum(-1, keepdim=True)
-    return torch.where(den > 0, a @ v / torch.where(den > 0, den, torch.ones_like(den)), torch.zeros_like(v[..., :1, :]))
-
-
-def elu1(x):
-    return torch.nn.functional.elu(x) + 1
 
 
 @pytest.mark.parametrize("causal", [False, True])
@@ -45,7 +29,24 @@ def test_elu_plus_one_equals_the_formula(causal, n, m, chunk):
     mask = torch.ones(2, m, dtype=torch.bool)
     mask[1, :2] = False  # left padding on one sequence
     got = linear_attention(q, k, v, feature_map=elu_plus_one, mask=mask, causal=causal, chunk_size=chunk)
-    torch.testing.assert_close(got, formula(q, k, v, elu1, mask=mask, causal=causal), rtol=0, atol=TOL)
+    want = linear_attention_reference(q, k, v, feature_map=elu_plus_one, mask=mask, causal=causal)
+    torch.testing.assert_close(got, want, rtol=0, atol=TOL)
+    assert torch.equal(elu_plus_one.features(q, is_query=True), torch.nn.functional.elu(q) + 1)  # φ itself
+
+
+@pytest.mark.parametrize("fmap", ["positive", "efficient"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_exponential_maps_equal_the_reference(fmap, causal):
+    # the shifts of the module docstring's "Stabilisation" cancel: the unshifted (N x M) form agrees
+    fm = {"efficient": EfficientPair(),
+          "positive": PositiveRandomFeatures(orthogonal_gaussian(16, 4, generator=torch.Generator().manual_seed(7),
+                                                                 dtype=torch.float64))}[fmap]
+    q, k, v = rand(2, 3, 9, 4, seed=1), rand(2, 3, 11, 4, seed=2), rand(2, 3, 11, 5, seed=3)
+    mask = torch.ones(2, 11, dtype=torch.bool)
+    mask[0, 3:5] = False
+    got = linear_attention(q, k, v, feature_map=fm, mask=mask, causal=causal, chunk_size=4)
+    want = linear_attention_reference(q, k, v, feature_map=fm, mask=mask, causal=causal)
+    torch.testing.assert_close(got, want, rtol=0, atol=TOL)
 
 
 @pytest.mark.parametrize("fmap", ["elu", "positive", "efficient"])
@@ -62,13 +63,6 @@ def test_padded_keys_get_exactly_zero_weight(fmap):
         v2[~mask[:, None, :].expand(2, 2, 7)] = 1e6
         out = linear_attention(q, k2, v2, feature_map=fm, mask=mask, causal=causal)
         torch.testing.assert_close(out, ref, rtol=0, atol=1e-12)
-
-
-@pytest.mark.parametrize("name", ["linear", "performer", "efficient"])
-def test_no_future_leakage(name):
-    x = rand(1, 24, 16, seed=7)
-    module = variants.build_module(name, 16, 2, **({"nb_features": 32} if name == "performer" else {})).double()
-    assert future_leakage(lambda t: module(t, causal=True), x, generator=torch.Generator().manual_seed(0)) == 0.0
 
 
 @pytest.mark.parametrize("fmap", ["elu", "positive", "efficient"])
@@ -190,30 +184,87 @@ def test_modules_accept_empty_sequences_and_empty_steps():
     assert y.shape == (1, 0, 8) and state.position == 0
 
 
+# ---- every registry variant (parametrized over minilin.variants.ATTENTIONS) ------------------------------------
+
+CAUSAL = [n for n in variants.ATTENTIONS if variants.VARIANTS[n].causal]
+RECURRENT = [n for n in variants.ATTENTIONS if variants.VARIANTS[n].recurrent]
+
+
+def registry_module(name, dim=8, seq_len=8):
+    """Variant `name` built as TinyLM builds it (its options from an LMConfig): 2 heads, float64, no dropout."""
+    config = LMConfig(dim=dim, heads=2, depth=1, block_size=seq_len, proj_len=4, nb_features=8, attention=name,
+                      causal=variants.VARIANTS[name].causal)
+    return variants.module_for_layer(config, 0).double()
+
+
+def test_the_registry_has_at_least_the_six_variants():
+    assert {"exact", "sdpa", "linformer", "performer", "linear", "efficient"} <= set(variants.ATTENTIONS)
+    assert model_names == variants.ATTENTIONS  # one spelling: LMConfig and the train command take these
+    assert variants.resolve("minilin.linear:LinearSelfAttention") is LinearSelfAttention
+
+
+@pytest.mark.parametrize("name", variants.ATTENTIONS)
+def test_module_shape_contract_and_padding(name):
+    module = registry_module(name)
+    x, other = rand(2, 8, 8, seed=27), rand(2, 8, 8, seed=28)
+    mask = torch.ones(2, 8, dtype=torch.bool)
+    mask[1, 5:] = False
+    x_other = torch.where(mask[..., None], x, other)  # the same real tokens, different padding
+    y = module(x, mask=mask)
+    assert y.shape == x.shape and y.dtype == x.dtype and torch.isfinite(y).all()
+    torch.testing.assert_close(module(x_other, mask=mask)[mask], y[mask], rtol=0, atol=TOL)  # padding is ignored
+    assert module(x[:, :5]).shape == (2, 5, 8)  # shorter sequences too
+
+
+@pytest.mark.parametrize("name", CAUSAL)
+def test_causal_variants_never_see_the_future(name):
+    module = registry_module(name, dim=16, seq_len=24)
+    x = rand(1, 24, 16, seed=7)
+    assert future_leakage(lambda t: module(t, causal=True), x, generator=torch.Generator().manual_seed(0)) == 0.0
+
+
+@pytest.mark.parametrize("name", [n for n in variants.ATTENTIONS if n not in CAUSAL])
+def test_non_causal_variants_refuse_causal(name):
+    with pytest.raises(ValueError, match="cannot be causal"):
+        registry_module(name)(rand(1, 8, 8), causal=True)
+
+
+@pytest.mark.parametrize("name", variants.ATTENTIONS)
+def test_step_is_forward_for_every_recurrent_variant(name):
+    module = registry_module(name)
+    assert module.recurrent == variants.VARIANTS[name].recurrent
+    x = rand(2, 7, 8, seed=29)
+    if name not in RECURRENT:
+        with pytest.raises(NotImplementedError, match="no recurrent one-token form"):
+            module.step(x[:, :1])
+        return
+    state, outs = None, []
+    for t in range(7):
+        y, state = module.step(x[:, t:t + 1], state)
+        outs.append(y)
+    torch.testing.assert_close(torch.cat(outs, dim=1), module(x, causal=True), rtol=0, atol=TOL)
+
+
 @pytest.mark.parametrize("name", variants.ATTENTIONS)
 def test_module_dtype_mismatch_is_our_error(name):
-    module = variants.build_module(name, 8, 2, **({"seq_len": 8, "proj_len": 4} if name == "linformer" else {}))
+    module = registry_module(name).float()
     with pytest.raises(ValueError, match=r"x is torch.float64 but the module's weights are torch.float32"):
         module(torch.zeros(1, 4, 8, dtype=torch.float64))
     with pytest.raises(ValueError, match="floating-point"):
         module(torch.zeros(1, 4, 8, dtype=torch.long))
 
 
-@pytest.mark.parametrize("causal", [False, True])
-def test_second_derivatives_are_right(causal):
-    w = orthogonal_gaussian(8, 4, generator=torch.Generator().manual_seed(6), dtype=torch.float64)
-    q, k, v = (rand(1, 1, 5, 4, seed=s).requires_grad_() for s in (23, 24, 25))
-    fn = lambda *a: favor_attention(*a, w, causal=causal, chunk_size=2)  # noqa: E731
-    assert torch.autograd.gradcheck(fn, (q, k, v))
-    assert torch.autograd.gradgradcheck(fn, (q, k, v))  # it returned False through the old ratio op
+@pytest.mark.parametrize("name", variants.ATTENTIONS)
+def test_no_warning_on_ordinary_use(name):
+    module = registry_module(name).float()
+    x = rand(2, 8, 8, seed=26, dtype=torch.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        module(x, causal=variants.VARIANTS[name].causal)
 
-
-# ---- one shape for every module -----------------------------------------------------------------------------
 
 def test_every_attention_module_is_keyword_only_after_heads():
-    classes = {MultiHeadSelfAttention, LinearSelfAttention}
-    for name in variants.ATTENTIONS:
-        classes.add(type(variants.build_module(name, 8, 2, **({"seq_len": 8, "proj_len": 4} if name == "linformer" else {}))))
+    classes = {MultiHeadSelfAttention, LinearSelfAttention} | {type(registry_module(n)) for n in variants.ATTENTIONS}
     for cls in classes:
         params = list(inspect.signature(cls.__init__).parameters.values())[1:]  # drop self
         assert [p.name for p in params[:2]] == ["dim", "heads"], cls
@@ -221,29 +272,14 @@ def test_every_attention_module_is_keyword_only_after_heads():
         assert issubclass(cls, MultiHeadSelfAttention)
 
 
-def test_registry_spellings_are_the_ones_used_everywhere():
-    from minilin.model import ATTENTIONS as model_names
-    assert model_names == variants.ATTENTIONS == ("exact", "sdpa", "linformer", "performer", "linear", "efficient")
-    for text in variants.method_examples():
-        assert variants.parse_method(text).name == text
-    for bad, match in [("favor", "unknown method"), ("linformer-causal-k8", "cannot be causal"),
-                       ("peer-linear", "no third-party"), ("linformer", "projected length"),
-                       ("exact-m8", "performer only")]:
-        with pytest.raises(ValueError, match=match):
-            variants.parse_method(bad)
+@pytest.mark.parametrize("text", method_examples())
+def test_method_names_round_trip(text):
+    assert parse_method(text).name == text
 
 
-def test_step_protocol_is_on_the_base_class():
-    with pytest.raises(NotImplementedError, match="no recurrent one-token form"):
-        variants.build_module("linformer", 8, 2, seq_len=8, proj_len=4).step(torch.zeros(1, 1, 8))
-    for name in variants.ATTENTIONS:
-        module = variants.build_module(name, 8, 2, **({"seq_len": 8, "proj_len": 4} if name == "linformer" else {}))
-        assert module.recurrent == variants.VARIANTS[name].recurrent
-
-
-def test_no_warning_on_ordinary_use():
-    x = rand(2, 16, 8, seed=26, dtype=torch.float32)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        for name in ("linear", "performer", "efficient"):
-            variants.build_module(name, 8, 2)(x, causal=True)
+@pytest.mark.parametrize("bad, match", [("favor", "unknown method"), ("linformer-causal-k8", "cannot be causal"),
+                                        ("peer-linear", "no third-party"), ("linformer", "projected length"),
+                                        ("exact-m8", "performer only")])
+def test_bad_method_names_say_why(bad, match):
+    with pytest.raises(ValueError, match=match):
+        parse_method(bad)

@@ -10,7 +10,8 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from minilin.attention import MultiHeadSelfAttention, allowed_keys, softmax_attention
+from minilin.attention import MultiHeadSelfAttention, softmax_attention
+from minilin.linear import PositiveRandomFeatures, linear_attention_reference
 from minilin.performer import (
     FavorState,
     PerformerSelfAttention,
@@ -30,13 +31,9 @@ from helpers import TOL, gen, qkv
 
 
 def quadratic_reference(q, k, v, projection, *, mask=None, causal=False):
-    """The spec: form the (N, M) matrix φ(Q) φ(K)ᵀ explicitly with *unstabilised* features, mask it, normalise."""
-    phi_q = positive_features(q, projection, is_query=True, stabilize=False)
-    phi_k = positive_features(k, projection, is_query=False, stabilize=False)
-    a = phi_q @ phi_k.transpose(-2, -1)  # (B, H, N, M)
-    a = a * allowed_keys(q.shape[2], k.shape[2], mask=mask, causal=causal)
-    den = a.sum(-1, keepdim=True)
-    return (a / torch.where(den > 0, den, torch.ones_like(den))) @ v
+    """The spec: the (N, M) matrix φ(Q) φ(K)ᵀ with *unstabilised* FAVOR+ features, masked, normalised."""
+    return linear_attention_reference(q, k, v, feature_map=PositiveRandomFeatures(projection), mask=mask,
+                                      causal=causal)
 
 
 # ---- projections ----------------------------------------------------------------------------------------

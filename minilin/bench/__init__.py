@@ -1,12 +1,13 @@
 """Time, memory and FLOP curves for every attention variant; `python -m minilin bench` is its command line.
 
-    methods   method names through minilin.variants (one registry), the tensor factory   get_method, Tensors
+    names     method names over the registry (minilin.variants), the default sweep       parse_method, Method
+    methods   a name -> fn(q, k, v) by its variant's builder, the tensor factory          get_method, Tensors
     meters    saved bytes, live bytes, FLOPs (also on device="meta"), timers     saved_tensor_bytes, model_case
     sweep     every method × length, interleaved medians, slow / out-of-memory rows      BenchConfig, run
     results   the CSV schema, load / write, series, growth exponents, crossovers         load_csv, growth_exponent
     cli       the command line                                                           main, parse_lengths
 
-`minilin.plots` draws the CSV and reads only `minilin.bench.results`.
+`minilin.plots` draws the CSV and reads only `minilin.bench.results` (and the names, `minilin.bench.names`).
 """
 from minilin.bench.cli import QUICK, build_parser, config_from_args, main, parse_bytes, parse_lengths
 from minilin.bench.meters import (
@@ -18,7 +19,9 @@ from minilin.bench.meters import (
     model_case,
     saved_tensor_bytes,
 )
-from minilin.bench.methods import DEFAULT_METHODS, DTYPES, Tensors, attention_fn, get_method, resolve_dtype
+from minilin.bench.methods import (DEFAULT_METHODS, DTYPES, Tensors, attention_fn, attention_function, get_method,
+                                   resolve_dtype)
+from minilin.bench.names import Method, default_methods, method_examples, method_name, parse_method
 from minilin.bench.results import (
     CSV_COLUMNS,
     MEASURED_METRICS,

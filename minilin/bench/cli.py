@@ -11,6 +11,7 @@ import textwrap
 import time
 
 from minilin.bench.methods import DEFAULT_METHODS, DTYPES, get_method
+from minilin.bench.names import method_examples
 from minilin.bench.results import load_csv, write_csv
 from minilin.bench.sweep import PASSES, BenchConfig, run
 from minilin.cli import Parser, UsageError, nonnegative_int, positive_float, positive_int
@@ -72,7 +73,6 @@ def _indented(names):
 
 def build_parser():
     from minilin.device import DEVICE_HELP
-    from minilin.variants import method_examples
     d = BenchConfig()
     p = Parser(
         prog="python -m minilin bench",

@@ -1,31 +1,29 @@
-"""What the benchmark runs: method names resolved through the one registry (`minilin.variants`), and the tensor
-factory every method draws its inputs and buffers from.
+"""What the benchmark runs: method names (`minilin.bench.names`) resolved through the one registry
+(`minilin.variants`) to fn(q, k, v) -> out, and the tensor factory every method draws its inputs and buffers from.
 
-A method name is a variant plus flags (`performer-causal`, `linformer-k256`, `peer-efficient`; see
-`minilin.variants.parse_method`); `attention_fn` turns it into fn(q, k, v) -> out at one length n, with the
-variant's buffers (Linformer's E and F, FAVOR+'s projection) drawn once from `Tensors`.
+A method name is a variant plus flags (`performer-causal`, `linformer-k256`, `peer-efficient`);
+`attention_function` calls the builder its registry entry names (`Variant.bench`, or `Variant.peer_bench` for
+`peer-`), which makes the variant's buffers (Linformer's E and F, FAVOR+'s projection) once from `Tensors`.
+The builders of the six variants below; a new variant keeps its builder in its own file.
 """
+from functools import partial
+
 import torch
 
 from minilin import variants
+from minilin.bench.names import Method, default_methods, parse_method
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "float16": torch.float16,
           "bfloat16": torch.bfloat16}
 
-DEFAULT_METHODS = ("exact", "exact-causal", "sdpa", "sdpa-causal", "linformer-k64", "linformer-k128",
-                   "linformer-k256", "performer", "performer-causal", "linear", "linear-causal", "efficient",
-                   "peer-linformer-k256", "peer-performer", "peer-performer-causal", "peer-efficient",
-                   "peer-efficient-causal")
-# Not in the default sweep, available by name: "efficient-causal" (the same chunked scan as linear-causal with
-# 64-position chunks: twice the Python steps, ~1 s per case in the meta model at n=65536), any linformer-k<K>
-# and performer-m<M>.
+DEFAULT_METHODS = default_methods()  # from the registry's `bench_default`s; any other valid name runs on request
 
 
 def get_method(name):
-    """The `minilin.variants.Method` called `name` (a Method is returned as it is); ValueError naming the fix."""
-    if isinstance(name, variants.Method):
+    """The `Method` called `name` (a Method is returned as it is); ValueError naming the fix."""
+    if isinstance(name, Method):
         return name
-    return variants.parse_method(name)
+    return parse_method(name)
 
 
 def resolve_dtype(name):
@@ -37,7 +35,7 @@ def resolve_dtype(name):
 class Tensors:
     """Makes the random tensors of a case: seeded on the CPU (same values on every device), empty on "meta".
 
-    This is the `make` of `minilin.variants.attention_function`: randn(*shape, std=..., requires_grad=...) and
+    This is the `make` of the bench builders: randn(*shape, std=..., requires_grad=...) and
     projection(nb_features, dim) (FAVOR+'s orthogonal Gaussian (m, D) matrix).
     """
 
@@ -59,10 +57,21 @@ class Tensors:
         return orthogonal_gaussian(nb_features, dim, generator=self.generator, dtype=self.dtype, device=self.device)
 
 
+def attention_function(method, n, make, *, nb_features, dim_head, heads):
+    """fn(q, k, v) for a Method (or its name) at length n: ours, or the peer's, as its registry entry says."""
+    method = get_method(method)
+    variant = variants.get(method.variant)
+    builder = variant.peer_bench if method.peer else variant.bench
+    if builder is None:
+        raise ValueError(f"{method.variant} names no {'peer ' if method.peer else ''}benchmark builder in "
+                         "minilin.variants")
+    return variants.resolve(builder)(n, make, causal=method.causal, proj_len=method.proj_len,
+                                     nb_features=method.nb_features or nb_features, dim_head=dim_head, heads=heads)
+
+
 def attention_fn(method, n, cfg, make):
     """fn(q, k, v) -> out for `method` (a name or Method) at length n, with cfg's D, H and m."""
-    return variants.attention_function(get_method(method), n, make, nb_features=cfg.nb_features,
-                                       dim_head=cfg.dim_head, heads=cfg.heads)
+    return attention_function(method, n, make, nb_features=cfg.nb_features, dim_head=cfg.dim_head, heads=cfg.heads)
 
 
 def case_inputs(cfg, n, make, *, requires_grad):
@@ -74,3 +83,42 @@ def case_inputs(cfg, n, make, *, requires_grad):
 def features_of(method, cfg):
     """The m a method runs with (its -m<M>, else cfg.nb_features)."""
     return get_method(method).nb_features or cfg.nb_features
+
+
+# ---- the builders named by the registry: fn(q, k, v) with the variant's buffers made once per (n, size) -------
+
+def exact_fn(n, make, *, causal, **_):
+    from minilin.attention import softmax_attention
+    return partial(softmax_attention, causal=causal)
+
+
+def sdpa_fn(n, make, *, causal, **_):
+    import torch.nn.functional as functional
+
+    def fn(q, k, v):
+        if q.device.type == "meta":  # model the fused kernel SDPA runs on CPU and CUDA, not the math fallback
+            return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, causal)[0]
+        return functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    return fn
+
+
+def linformer_fn(n, make, *, proj_len, **_):
+    from minilin.linformer import linformer_attention
+    E = make.randn(proj_len, n, std=proj_len ** -0.5)  # (k, n) shared by heads; N(0, 1/k), the JL scaling
+    F = make.randn(proj_len, n, std=proj_len ** -0.5)
+    return partial(linformer_attention, E=E, F=F)
+
+
+def performer_fn(n, make, *, causal, nb_features, dim_head, **_):
+    from minilin.performer import favor_attention
+    return partial(favor_attention, projection=make.projection(nb_features, dim_head), causal=causal)
+
+
+def linear_fn(n, make, *, causal, **_):
+    from minilin.linear import elu_plus_one, linear_attention
+    return partial(linear_attention, feature_map=elu_plus_one, causal=causal)
+
+
+def efficient_fn(n, make, *, causal, **_):
+    from minilin.efficient import efficient_attention
+    return partial(efficient_attention, causal=causal)

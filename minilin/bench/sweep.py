@@ -53,7 +53,7 @@ class BenchConfig:
     """One sweep. Defaults: 8 heads of D=64 (BERT-base's head size), batch 1, FAVOR+'s released m=256."""
     lengths: tuple = (256, 512, 1024, 2048, 4096, 8192)  # n measured on the real device
     model_lengths: tuple = None                          # n for the meta model; None: lengths doubled to 65536
-    methods: tuple = None                                # names (minilin.variants.parse_method); None: DEFAULT_METHODS
+    methods: tuple = None                                # names (minilin.bench.names); None: DEFAULT_METHODS
     batch: int = 1
     heads: int = 8
     dim_head: int = 64
