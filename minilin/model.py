@@ -1,5 +1,6 @@
-"""TinyLM: a small pre-norm Transformer over bytes whose attention is exact, SDPA, Linformer, Performer or
-efficient attention — per layer — so the variants can be trained and compared on one footing.
+"""TinyLM: a small pre-norm Transformer over bytes whose attention is any variant of minilin.variants (exact, SDPA,
+Linformer, Performer, linear, efficient, retention, GLA, DeltaNet, Gated DeltaNet) — per layer — so the variants can
+be trained and compared on one footing.
 
     idx (B, N) -> token embedding (+ learned positions) -> depth × [x + attn(LN(x)); x + MLP(LN(x))]
                -> LN -> head -> logits (B, N, 256)
@@ -11,6 +12,7 @@ keeps its O(1)-per-token recurrent form).
 
 Causal or not: `LMConfig.causal` (True = next-byte LM). Linformer cannot be causal (its E/F projections mix
 every position into each projected key, the future included); a causal Linformer model raises ValueError.
+Retention, GLA, DeltaNet and Gated DeltaNet are recurrences, causal only: a masked-LM model with them raises too.
 
 Also here: the two reference models we measure TinyLM against — `TransformerEncoderLM` (PyTorch's own
 nn.TransformerEncoder, the reference baseline) and `LinearAttentionTransformerBaseline`
@@ -36,8 +38,9 @@ class LMConfig:
     """TinyLM's shape and attention. Defaults: the CPU-sized reference config (L=256, d=128, 2 layers, 4 heads).
 
     attention: one name from minilin.variants.ATTENTIONS ("exact", "sdpa", "linformer", "performer",
-    "linear", "efficient"), or a list with one name per layer (a hybrid, e.g. ["performer", "exact"]:
-    linear attention below, exact above). proj_len (Linformer's k): an int, or one per layer.
+    "linear", "efficient", "retention", "gla", "deltanet", "gated-deltanet"), or a list with one name per layer (a
+    hybrid, e.g. ["performer", "exact"] or ["exact", "gated-deltanet"]). proj_len (Linformer's k): an int, or one
+    per layer.
     """
     vocab_size: int = VOCAB_SIZE      # classes predicted; the embedding also has a row for MASK_ID
     block_size: int = 256             # longest sequence (learned positions, Linformer's seq_len)
@@ -89,7 +92,7 @@ CAUSAL_LINFORMER = (
     "onto k slots before any query looks at them, so every output would depend on later tokens "
     "(lucidrains/linformer#4). For a next-byte LM use attention='exact', 'sdpa', 'performer', 'linear' "
     "or 'efficient'; for Linformer use causal=False with the masked-LM objective "
-    "(ByteCorpus(objective='mlm'), `--objective mlm`).")
+    "(ByteCorpus(objective='mlm'), `--objective mlm`).")  # notebook 07 prints it: change both together
 
 
 class Rotary:
@@ -261,13 +264,14 @@ class TinyLM(nn.Module):
     def step(self, idx_t, state=None):
         """Consume one token per sequence: idx_t (B,) -> (logits (B, vocab), state); state=None starts.
 
-        Performer layers keep an O(m·Dv) state, exact layers a key/value cache. Feeding x[:, 0], x[:, 1], ...
-        gives the same logits as forward(x) at each position (asserted in tests/test_model.py).
+        Performer, linear and the gated layers keep a fixed-size state, exact layers a key/value cache. Feeding
+        x[:, 0], x[:, 1], ... gives the same logits as forward(x) at each position (asserted in tests/test_model.py).
         """
         if not self.can_step():
             kinds = self.config.layer_attention()
+            can = ", ".join(n for n, v in VARIANTS.items() if v.recurrent)
             raise ValueError(f"step needs a causal model whose every layer can decode incrementally "
-                             f"(exact, sdpa, performer, linear, efficient); got causal={self.config.causal}, attention={kinds}")
+                             f"({can}); got causal={self.config.causal}, attention={kinds}")
         position = 0 if state is None else state["position"]
         layers = [None] * len(self.blocks) if state is None else state["layers"]
         x = self.embed(idx_t[:, None], offset=position)  # (B, 1, dim)

@@ -13,7 +13,7 @@ import matplotlib.pyplot as plt
 import seaborn as sns
 
 from minilin.bench.names import parse_method
-from minilin.bench.results import MODEL_METRICS, growth_exponent, series
+from minilin.bench.results import MODEL_METRICS, growth_exponent, paired_ratio, series
 from minilin.variants import VARIANTS
 
 # Linformer paper, Table 3: {n: {proj_len: (time saved, memory saved)}}, both "x times" the Transformer
@@ -252,6 +252,7 @@ def summary(df):
         if table is not None and not table.empty:
             lines += ["", f"ours {metric} / the peer library's (< 1: ours is faster), columns n:",
                       table.T.round(2).to_string()]
+    lines += paired_tables(df)
     in_paper = {proj_len for row in TABLE3_PAPER.values() for proj_len in row}
     ours = {m.proj_len for m in map(_parsed, set(df["method"])) if m is not None and m.proj_len and not m.peer}
     proj_lens = sorted(ours & in_paper)
@@ -259,6 +260,35 @@ def summary(df):
         lines += ["", "Linformer Table 3 (paper: whole model, V100) vs ours (attention only):",
                   table3(df, proj_lens).to_string()]
     return "\n".join(lines)
+
+
+PAIRED_BASELINES = ("sdpa-causal", "linear-causal")  # causal methods are read against these when measured
+
+
+def paired_tables(df, baselines=PAIRED_BASELINES):
+    """Text tables of method time / baseline time, median [interquartile range] over the interleaved rounds
+    (`paired_ratio`), for every causal method measured beside a baseline; [] when there is none."""
+    lines = []
+    present = set(df["method"])
+    for metric in ("time_fwd", "time_fwdbwd"):
+        for base in baselines:
+            if base not in present:
+                continue
+            rows = {}
+            for method in _methods(df):
+                m = _parsed(method)
+                if method == base or m is None or not m.causal:
+                    continue
+                ratios = paired_ratio(df, method, base, metric)
+                if ratios:
+                    rows[method] = {n: f"{r[0]:.2f} [{r[1]:.2f}, {r[2]:.2f}]" for n, r in ratios.items()}
+            if rows:
+                import pandas as pd
+                rounds = max(r[3] for m in rows for r in paired_ratio(df, m, base, metric).values())
+                lines += ["", f"method {metric} / {base} {metric}, paired by round (< 1: the method is faster), "
+                              f"median [IQR] over up to {rounds} rounds, columns n:",
+                          pd.DataFrame(rows).T.to_string()]
+    return lines
 
 
 def save_figures(df, stem):

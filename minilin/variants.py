@@ -8,6 +8,11 @@ command, the benchmark, the plots, the shared tests and the notebooks.
     linear     elu(x)+1 linear attention (Katharopoulos et al.)     minilin.linear.LinearSelfAttention
     efficient  Shen et al.'s efficient attention (as linear-attention-transformer computes it)
                                                                     minilin.efficient.EfficientSelfAttention
+    retention  a fixed decay γ per head (RetNet), causal only        minilin.gated_attention.RetentionSelfAttention
+    gla        gated linear attention, causal only                  minilin.gated_attention.GLASelfAttention
+    deltanet   the delta rule (DeltaNet), causal only               minilin.gated_attention.DeltaNetSelfAttention
+    gated-deltanet  the delta rule with a decay, causal only
+                                                                    minilin.gated_attention.GatedDeltaNetSelfAttention
 
 Adding a variant: its own file (the pure function, its loop reference, its module, its benchmark builder),
 one `Variant(...)` entry below naming them by dotted path, its own test file, and its docs. The benchmark
@@ -69,6 +74,7 @@ class Variant:
     options: object = _no_options
     bench: object = None
     causal: bool = True       # can it be causal?
+    bidirectional: bool = True  # can it be non-causal? (False: a recurrence, causal by construction)
     recurrent: bool = True    # does its module have `step` (one-token decoding)?
     linear: bool = True       # O(n) time and memory in the sequence length
     sized_by: str = ""        # "k": Linformer's proj_len (required in its method name); "m": random features
@@ -89,6 +95,7 @@ def _performer_options(config, layer):
 
 _BENCH = "minilin.bench.methods:"
 _PEER = "minilin.peer_attention:"
+_GATED = "minilin.gated_attention:"
 
 VARIANTS = {v.name: v for v in (
     Variant("exact", "exact softmax attention (Vaswani et al. 2017)", "minilin.attention:ExactSelfAttention",
@@ -110,6 +117,18 @@ VARIANTS = {v.name: v for v in (
             "minilin.efficient:EfficientSelfAttention", bench=_BENCH + "efficient_fn",
             peer="linear-attention-transformer", peer_bench=_PEER + "_peer_efficient",
             bench_default=("efficient", "peer-efficient", "peer-efficient-causal")),
+    # The four recurrences of minilin.gated exist only causal (bidirectional=False: `<name>-causal` in the bench).
+    # They are left out of the default sweep (bench_default=()), whose method list and running time the README and
+    # notebook 06 state; they run by name, e.g. --methods linear-causal,gla-causal,gated-deltanet-causal
+    Variant("retention", "retention: linear attention with a fixed decay per head (RetNet, arXiv 2307.08621)",
+            _GATED + "RetentionSelfAttention", bench=_GATED + "retention_fn", bidirectional=False, bench_default=()),
+    Variant("gla", "gated linear attention: a decay per key feature from the input (GLA, arXiv 2312.06635)",
+            _GATED + "GLASelfAttention", bench=_GATED + "gla_fn", bidirectional=False, bench_default=()),
+    Variant("deltanet", "DeltaNet: linear attention written by the delta rule (arXiv 2406.06484)",
+            _GATED + "DeltaNetSelfAttention", bench=_GATED + "deltanet_fn", bidirectional=False, bench_default=()),
+    Variant("gated-deltanet", "Gated DeltaNet: the delta rule with a decay from the input (arXiv 2412.06464)",
+            _GATED + "GatedDeltaNetSelfAttention", bench=_GATED + "gated_deltanet_fn", bidirectional=False,
+            bench_default=()),
 )}
 ATTENTIONS = tuple(VARIANTS)
 
@@ -131,6 +150,10 @@ def module_for_layer(config, layer, **extra):
     variant = get(config.layer_attention()[layer])
     if config.causal and not variant.causal:
         raise ValueError(f"{variant.name} attention cannot be causal; see its module's documentation")
+    if not config.causal and not variant.bidirectional:
+        raise ValueError(f"{variant.name} attention is causal by construction (a recurrence reads the tokens in "
+                         f"order): set causal=True (a next-byte LM, --objective clm), or for a masked LM choose one of "
+                         f"{', '.join(n for n, v in VARIANTS.items() if v.bidirectional)}")
     options = dict(dim_head=config.head_dim(), dropout=config.dropout, **resolve(variant.options)(config, layer),
                    **extra)
     return resolve(variant.module)(config.dim, config.heads, **options)

@@ -12,7 +12,8 @@ from minilin.bench.names import method_examples
 # Small shapes so that every case runs in milliseconds on a 2-core CPU.
 SMALL = bench.BenchConfig(batch=2, heads=2, dim_head=16, nb_features=32, progress=False)
 OURS = ["exact", "exact-causal", "sdpa", "sdpa-causal", "linformer-k24", "performer", "performer-causal", "linear",
-        "linear-causal", "efficient", "efficient-causal"]
+        "linear-causal", "efficient", "efficient-causal", "retention-causal", "gla-causal", "deltanet-causal",
+        "gated-deltanet-causal"]
 PEERS = ["peer-linformer-k24", "peer-performer", "peer-performer-causal", "peer-efficient", "peer-efficient-causal"]
 
 
@@ -151,13 +152,16 @@ def test_csv_schema(tmp_path):
     assert set(df["device"]) == {"cpu"} and set(df["dtype"]) == {"float32"}
     assert set(df["torch"]) == {torch.__version__} and set(df["threads"]) == {torch.get_num_threads()}
     assert (df["batch"] == 1).all() and (df["heads"] == 2).all() and (df["dim_head"] == 8).all()
-    assert not df.duplicated(["method", "n", "metric"]).any()  # tidy: one row per method x n x metric
+    # tidy: one row per method x n x metric (x round, for the per-round times)
+    assert not df.duplicated(["method", "n", "metric", "note"]).any()
+    summary = df[~df["metric"].isin(bench.ROUND_METRICS)]
+    assert not summary.duplicated(["method", "n", "metric"]).any()
     for _, row in df.iterrows():
-        units = {**bench.MEASURED_METRICS, **bench.MODEL_METRICS}
+        units = {**bench.MEASURED_METRICS, **bench.MODEL_METRICS, **bench.ROUND_METRICS}
         assert row["unit"] == units[row["metric"]]
         assert row["source"] == ("model" if row["metric"].startswith("model_") else "measured")
         assert math.isfinite(row["value"]) and row["value"] > 0
-    measured = {"time_fwd", "time_fwdbwd", "saved_bytes"}
+    measured = {"time_fwd", "time_fwdbwd", "saved_bytes", "time_fwd_round", "time_fwdbwd_round"}
     for method in TINY.methods:
         for n in (32, 64):
             got = set(df[(df["method"] == method) & (df["n"] == n)]["metric"])
@@ -318,3 +322,20 @@ def test_a_second_run_says_it_replaces_the_first(tmp_path, capsys):
     assert main(argv) == 0
     err = capsys.readouterr().err
     assert "replaces" in err and "bench-cpu-float32.csv" in err and "--out" in err
+
+
+def test_paired_ratios_come_from_the_same_rounds(tmp_path):
+    """Each round's time of a method over the baseline's in that round; median and IQR of those ratios."""
+    rows = bench.run(TINY, methods=("sdpa-causal", "performer-causal"), passes=("fwd",), rounds=4)
+    df = bench.load_csv(bench.write_csv(rows, tmp_path / "b.csv"))
+    ratios = bench.paired_ratio(df, "performer-causal", "sdpa-causal")
+    assert set(ratios) == set(TINY.lengths)
+    for n, (median, q1, q3, count) in ratios.items():
+        a = df[(df["method"] == "performer-causal") & (df["n"] == n) & (df["metric"] == "time_fwd_round")]
+        b = df[(df["method"] == "sdpa-causal") & (df["n"] == n) & (df["metric"] == "time_fwd_round")]
+        by_round = sorted(x / y for x, y in zip(a.sort_values("note")["value"], b.sort_values("note")["value"]))
+        assert count == len(by_round) >= 1 and q1 <= median <= q3
+        assert median == pytest.approx(float(torch.tensor(by_round, dtype=torch.float64).quantile(0.5)))
+    from minilin import plots
+    text = "\n".join(plots.paired_tables(df))
+    assert "performer-causal" in text and "/ sdpa-causal" in text and "[" in text

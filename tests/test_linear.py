@@ -229,6 +229,17 @@ def test_non_causal_variants_refuse_causal(name):
         registry_module(name)(rand(1, 8, 8), causal=True)
 
 
+@pytest.mark.parametrize("name", [n for n in variants.ATTENTIONS if not variants.VARIANTS[n].bidirectional])
+def test_causal_only_variants_refuse_non_causal(name):
+    # a recurrence has no bidirectional form: the module, a masked-LM config and a non-causal bench name all say so
+    with pytest.raises(ValueError, match="causal by construction"):
+        registry_module(name)(rand(1, 8, 8), causal=False)
+    with pytest.raises(ValueError, match="causal by construction"):
+        variants.module_for_layer(LMConfig(dim=8, heads=2, depth=1, attention=name, causal=False), 0)
+    with pytest.raises(ValueError, match=f"add '-causal': {name}-causal"):
+        parse_method(name)
+
+
 @pytest.mark.parametrize("name", variants.ATTENTIONS)
 def test_step_is_forward_for_every_recurrent_variant(name):
     module = registry_module(name)
@@ -277,9 +288,18 @@ def test_method_names_round_trip(text):
     assert parse_method(text).name == text
 
 
+def test_hyphenated_variant_names_parse():
+    # the grammar is the registry's names, not a word: a hyphen inside a name is not a flag
+    m = parse_method("gated-deltanet-causal")
+    assert (m.variant, m.causal, m.peer, m.name) == ("gated-deltanet", True, False, "gated-deltanet-causal")
+    assert parse_method("deltanet-causal").variant == "deltanet"
+    assert parse_method("peer-linformer-k8").proj_len == 8 and parse_method("performer-causal-m64").nb_features == 64
+
+
 @pytest.mark.parametrize("bad, match", [("favor", "unknown method"), ("linformer-causal-k8", "cannot be causal"),
                                         ("peer-linear", "no third-party"), ("linformer", "projected length"),
-                                        ("exact-m8", "performer only")])
+                                        ("exact-m8", "performer only"), ("gla", "causal by construction"),
+                                        ("gated", "unknown method"), ("gated-deltanet-causal-k8", "linformer only")])
 def test_bad_method_names_say_why(bad, match):
     with pytest.raises(ValueError, match=match):
         parse_method(bad)

@@ -242,3 +242,23 @@ def test_readme_says_where_grading_runs_as_the_grader_does(monkeypatch):
     section = quickstart()
     windows = section[section.index("On Windows (PowerShell)"):]
     assert "grading needs WSL" in windows and "WSL" in str(err.value)
+
+
+def test_readme_times_are_the_measured_ones():
+    """The time column of the README's command table shows what tests/readme_times.py measured on a 2-core
+    machine (results/reference/readme_times.csv), rounded as that script rounds; every timed row has one."""
+    import csv
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    import readme_times
+
+    with readme_times.OUT.open() as f:
+        measured = {r["command"]: r for r in csv.DictReader(f)}
+    rows = readme_times.timed_rows(README.read_text())
+    assert len(rows) >= 10, "the README's command table lost its rows"
+    for command, shown in rows:
+        assert command in measured, f"no measured time for {command!r}: run python tests/readme_times.py --only ..."
+        row = measured[command]
+        assert row["cores"] == "2", f"{command!r} was timed on {row['cores']} cores; the README speaks of 2"
+        assert shown == readme_times.readme_time(float(row["seconds"])), (
+            f"README shows {shown!r} for {command!r}; measured {row['seconds']} s on {row['date']}")

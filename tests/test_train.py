@@ -19,11 +19,12 @@ import torch
 from minilin.__main__ import main as minilin_main
 from minilin.checkpoint import CheckpointError, check_writable
 from minilin.cli import UsageError
-from minilin.data import AssociativeRecall, ByteCorpus, decode
+from minilin.data import AssociativeRecall, ByteCorpus, decode, encode
 from minilin.device import resolve_device
 from minilin.model import LMConfig, TinyLM
 from minilin.sample import generate as sample_generate
 from minilin.sample import main as sample_main
+from minilin.variants import VARIANTS
 from minilin.train import (
     TrainConfig,
     config_from_args,
@@ -348,6 +349,32 @@ def test_train_then_sample_with_the_default_checkpoint(tmp_path, monkeypatch, ca
     assert capsys.readouterr().out.startswith("def ")
     assert minilin_main(["train", *TINY, "--no-save"]) == 0
     assert sorted(os.listdir(tmp_path)) == ["checkpoints"]
+
+
+# every registry variant a next-byte LM can decode with, one state per layer (retention, GLA, the delta rules too)
+DECODERS = [n for n, v in VARIANTS.items() if v.causal and v.recurrent]
+
+
+@pytest.mark.parametrize("attention", DECODERS)
+def test_train_then_sample_equals_the_causal_forward(tmp_path, capsys, attention):
+    # `train` writes a checkpoint; `sample`'s recurrent greedy text is the text of re-running the causal forward
+    # on every prefix, and the step logits are the forward's (float32: round-off only)
+    ckpt = tmp_path / "lm.pt"
+    assert minilin_main(["train", *TINY, "--steps", "30", "--attention", attention, "--out", str(ckpt)]) == 0
+    assert load_checkpoint(ckpt)["step"] == 30
+    capsys.readouterr()
+    assert sample_main(["--ckpt", str(ckpt), "--prompt", "def ", "--tokens", "24", "--temperature", "0",
+                        "--recurrent", "yes", "--no-progress"]) == 0
+    model, config = load_model(ckpt)
+    assert config.model.attention == attention and model.can_step()
+    rerun = model.generate(encode("def ")[None], 24, temperature=0, recurrent=False)
+    assert capsys.readouterr().out == decode(rerun[0]) + "\n"
+    with torch.no_grad():
+        state, steps = None, []
+        for t in range(rerun.shape[1]):
+            logits, state = model.step(rerun[:, t], state)
+            steps.append(logits)
+        torch.testing.assert_close(torch.stack(steps, dim=1), model(rerun)[0], rtol=0, atol=1e-4)
 
 
 def test_compare_writes_no_checkpoint(tmp_path, monkeypatch, capsys):

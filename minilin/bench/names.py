@@ -6,7 +6,9 @@ the plots and the notebooks.
 `peer-` runs the third-party implementation of the same variant, `-causal` its causal form, `-k<K>` Linformer's
 projected length (required for a variant with sized_by="k"), `-m<M>` the number of random features of a
 variant with sized_by="m" (default: the sweep's). Examples: `performer-causal`, `linformer-k256`,
-`performer-m128`, `peer-linformer-k256`, `peer-performer-causal`, `peer-efficient`.
+`performer-m128`, `peer-linformer-k256`, `peer-performer-causal`, `peer-efficient`, `gated-deltanet-causal`.
+A variant that is causal by construction (bidirectional=False: retention, gla, deltanet, gated-deltanet) exists
+only with `-causal`.
 No torch here: `minilin.plots` parses the CSV's names with this module alone.
 """
 import re
@@ -44,7 +46,11 @@ class Method:
         return f"{v.label}{', causal' if self.causal else ''}{size} — {who}"
 
 
-_METHOD = re.compile(r"(peer-)?([a-z][a-z0-9_]*)(-causal)?(?:-k(\d+))?(?:-m(\d+))?")
+def _method_pattern():
+    """The grammar over the registry's names as they are now (a test may add one), longest first: a variant's
+    name may hold a hyphen (gated-deltanet), so the name is one of the registry's, not any word."""
+    names = "|".join(re.escape(n) for n in sorted(VARIANTS, key=len, reverse=True))
+    return rf"(peer-)?({names})(-causal)?(?:-k(\d+))?(?:-m(\d+))?"
 
 
 def _sized(letter):
@@ -53,7 +59,7 @@ def _sized(letter):
 
 def parse_method(text):
     """'peer-performer-causal' -> Method(variant='performer', peer=True, causal=True); ValueError naming the fix."""
-    match = _METHOD.fullmatch(text.strip())
+    match = re.fullmatch(_method_pattern(), text.strip())
     if not match or match.group(2) not in VARIANTS:
         raise ValueError(f"unknown method {text!r}; methods are a variant ({', '.join(VARIANTS)}) with "
                          f"optional -causal, -k<proj_len> ({_sized('k')}), -m<features> ({_sized('m')}) and a "
@@ -65,6 +71,9 @@ def parse_method(text):
                          f"(peers exist for {', '.join(n for n, x in VARIANTS.items() if x.peer)})")
     if causal and not v.causal:
         raise ValueError(f"{name} cannot be causal (its projection mixes every position); drop '-causal'")
+    if not causal and not v.bidirectional:
+        raise ValueError(f"{name} is causal by construction (a recurrence reads the tokens in order, it has no "
+                         f"bidirectional form); add '-causal': {'peer-' if peer else ''}{name}-causal")
     if k and v.sized_by != "k":
         raise ValueError(f"-k<proj_len> applies to {_sized('k')} only, not {name}")
     if m and v.sized_by != "m":
@@ -82,9 +91,10 @@ def method_name(method):
 
 
 def _forms(name, v):
-    """A variant's own names, ours then the peer's: non-causal and (when it can be) causal, at k=256 if sized."""
+    """A variant's own names, ours then the peer's: non-causal (when it can be) and causal (when it can be), at
+    k=256 if sized."""
     size = 256 if v.sized_by == "k" else None
-    ours = [Method(name, causal=c, proj_len=size) for c in ((False, True) if v.causal else (False,))]
+    ours = [Method(name, causal=c, proj_len=size) for c in (False, True) if (v.causal if c else v.bidirectional)]
     return ours + ([Method(name, peer=True, causal=m.causal, proj_len=size) for m in ours] if v.peer else [])
 
 

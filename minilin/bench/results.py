@@ -17,6 +17,9 @@ CSV_COLUMNS = ("method", "n", "metric", "value", "unit", "source", "status", "no
 STATUSES = ("ok", "slow", "oom", "skipped")
 MEASURED_METRICS = {"time_fwd": "s", "time_fwdbwd": "s", "saved_bytes": "B",
                     "peak_fwd_bytes": "B", "peak_fwdbwd_bytes": "B"}  # the peak_* ones on CUDA only
+# one row per timing round (note "round r"): rounds interleave the methods, so method/baseline in the same round
+# is a paired ratio, and its spread over rounds is the spread of the comparison (paired_ratio)
+ROUND_METRICS = {"time_fwd_round": "s", "time_fwdbwd_round": "s"}
 MODEL_METRICS = {"model_saved_bytes": "B", "model_peak_fwd_bytes": "B", "model_peak_fwdbwd_bytes": "B",
                  "model_flops_fwd": "FLOP", "model_flops_fwdbwd": "FLOP"}
 
@@ -50,6 +53,22 @@ def series(df, method, metric, *, status="ok"):
     """(ns, values) of one method and metric, sorted by n, rows with the given status only."""
     sel = df[(df["method"] == method) & (df["metric"] == metric) & (df["status"] == status)].sort_values("n")
     return sel["n"].to_numpy(), sel["value"].to_numpy()
+
+
+def paired_ratio(df, method, baseline, metric="time_fwd"):
+    """{n: (median, q1, q3, rounds)} of method / baseline time per call, round by round (both timed in the same
+    interleaved round, so a load change hits both), for every n where both have `metric`_round rows."""
+    import numpy as np
+    rows = df[(df["metric"] == metric + "_round") & (df["status"] == "ok")]
+    out = {}
+    for n in sorted(set(rows[rows["method"] == method]["n"]) & set(rows[rows["method"] == baseline]["n"])):
+        a = rows[(rows["method"] == method) & (rows["n"] == n)].set_index("note")["value"]
+        b = rows[(rows["method"] == baseline) & (rows["n"] == n)].set_index("note")["value"]
+        both = sorted(set(a.index) & set(b.index))
+        if both:
+            r = np.array([a[k] / b[k] for k in both])
+            out[int(n)] = (float(np.median(r)), float(np.quantile(r, 0.25)), float(np.quantile(r, 0.75)), len(r))
+    return out
 
 
 def growth_exponent(ns, values):

@@ -42,7 +42,7 @@ import torch
 from minilin.bench.meters import block_timer, cuda_peak, free, is_oom, model_case, saved_tensor_bytes, sync, wall
 from minilin.bench.methods import (DEFAULT_METHODS, Tensors, attention_fn, case_inputs, features_of, get_method,
                                    resolve_dtype)
-from minilin.bench.results import MEASURED_METRICS, MODEL_METRICS
+from minilin.bench.results import MEASURED_METRICS, MODEL_METRICS, ROUND_METRICS
 from minilin.device import resolve_device
 
 PASSES = ("fwd", "fwdbwd")
@@ -159,7 +159,7 @@ def _run(cfg):
     rows = []
 
     def add(method, n, metric, value, source, status="ok", note=""):
-        unit = {**MEASURED_METRICS, **MODEL_METRICS}[metric]
+        unit = {**MEASURED_METRICS, **MODEL_METRICS, **ROUND_METRICS}[metric]
         rows.append({"method": method.name, "n": n, "metric": metric,
                      "value": float(value) if status == "ok" else math.nan, "unit": unit, "source": source,
                      "status": status, "note": note, **common, "proj_len": method.proj_len or "",
@@ -219,6 +219,8 @@ def _run(cfg):
                 times = sorted(case.times[p])
                 add(case.method, n, f"time_{p}", times[len(times) // 2], "measured",
                     note=f"median of {len(times)} blocks of {case.number[p]} calls")
+                for r, t in enumerate(case.times[p]):  # block r was timed in interleaved round r
+                    add(case.method, n, f"time_{p}_round", t, "measured", note=f"round {r}")
         del cases
         free(device)
     bar.close()

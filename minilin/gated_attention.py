@@ -1,0 +1,284 @@
+"""Self-attention modules over minilin.gated's recurrences: retention, GLA, DeltaNet and Gated DeltaNet.
+
+Each is MultiHeadSelfAttention's to_q/to_k/to_v/to_out around one recurrence on a (B, H, Dk, Dv) state,
+with the gates computed from x (RetNet's γ is a fixed buffer):
+
+    RetentionSelfAttention      S_t = γ_h S_{t-1} + k_t v_tᵀ                γ_h = 1 − 2^(−5−h)
+    GLASelfAttention            S_t = diag(exp g_t) S_{t-1} + k_t v_tᵀ      g_t = logsigmoid(W2 W1 x_t) / 16
+    DeltaNetSelfAttention       S_t = S_{t-1} + β_t k_t (v_t − S_{t-1}ᵀ k_t)ᵀ    β_t = sigmoid(W_β x_t), |q|=|k|=1
+    GatedDeltaNetSelfAttention  S_t = α_t (I − β_t k_t k_tᵀ) S_{t-1} + β_t k_t v_tᵀ   α_t = sigmoid(W_α x_t)
+    and o_t = S_tᵀ q_t / √Dk (minilin/gated.py states the equations and their papers).
+
+Only the recurrence and its gates are kept: RetNet's GroupNorm and swish output gate, GLA's output gate and
+DeltaNet's short convolutions are left out, so each module differs from MultiHeadSelfAttention only in how it
+mixes values. The gates come from x, not from q, k, v: `forward` computes them (`gates(x)`) and hands them to
+`mix(q, k, v, gates=...)`.
+
+Causal only: a recurrence reads the tokens in order, so `causal` defaults to True and causal=False raises a
+ValueError. Padding (mask (B, N) bool, True = real token): a padded token is made a no-op, k = v = 0, log-decay 0
+and β = 0, so the state passes it unchanged: the outputs at real positions are those of the sequence without its
+pads (exactly so in exact arithmetic; in floating point up to the round-off of where the chunks fall).
+`step(x_t, state)` decodes with gated.step, token by token, from a `GatedState` (the matrix and a position).
+
+Also here: the benchmark's builders (`Variant.bench` of the four registry entries), fn(q, k, v) with fixed gates.
+"""
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from minilin import gated
+from minilin.attention import MultiHeadSelfAttention, check_mask
+from minilin.variants import VARIANTS
+
+CAUSAL_ONLY = ("{name} is causal by construction (a recurrence: the state at token t holds tokens ≤ t only), so it "
+               "has no bidirectional form; call it with causal=True (the default), or for a bidirectional model use "
+               + ", ".join(n for n, v in VARIANTS.items() if v.bidirectional))
+
+
+def _compute_dtype(t):
+    return torch.float32 if t.dtype in (torch.float16, torch.bfloat16) else t.dtype
+
+
+@dataclass
+class GatedState:
+    """The recurrent state of one layer between decoding calls: S (B, H, Dk, Dv) (float32 for half inputs) and
+    position, the number of tokens consumed (the rotary offset of the next one)."""
+    S: torch.Tensor
+    position: int = 0
+
+
+class _GatedSelfAttention(MultiHeadSelfAttention):
+    """What the four modules share: causal-only forward, padding as no-op tokens, and `step`.
+
+    A subclass defines `gates(x)` -> {name: tensor} in its pure function's argument names (heads layout,
+    (B, H, N) or (B, H, N, Dk)) and `recurrence(q, k, v, **gates)`, the gated.py call. `step_gates` turns
+    gates into gated.step's (log_decay, beta) per token.
+    """
+    recurrent = True
+
+    def __init__(self, dim, heads=8, *, dim_head=None, dropout=0.0, bias=False, chunk_size=64):
+        super().__init__(dim, heads, dim_head=dim_head, dropout=dropout, bias=bias)
+        if not isinstance(chunk_size, int) or isinstance(chunk_size, bool) or chunk_size < 1:
+            raise ValueError(f"chunk_size must be a positive int, got {chunk_size!r}")
+        self.chunk_size = chunk_size
+
+    def split_gate(self, t):
+        """(B, N, H) -> (B, H, N): one gate per head and token."""
+        return t.transpose(1, 2)
+
+    def gates(self, x):
+        return {}
+
+    def step_gates(self, gates):
+        """gates -> (log_decay (B, H, N[, Dk]) or None, beta (B, H, N) or None), in gated.step's terms."""
+        raise NotImplementedError
+
+    def mix(self, q, k, v, *, mask=None, causal=True, gates=None):
+        """The recurrence on given q, k, v (B, H, N, Dh) and gates (this module's `gates(x)`; retention's may be
+        left out, its γ is a buffer) -> (B, H, N, Dh). Padded positions (mask False) become no-ops."""
+        if not causal:
+            raise ValueError(CAUSAL_ONLY.format(name=type(self).__name__))
+        gates = {} if gates is None else dict(gates)
+        missing = set(self.gates_needed) - set(gates)
+        if missing:
+            raise ValueError(f"{type(self).__name__}.mix needs its gates {sorted(missing)}, computed from x: call "
+                             f"forward(x), or mix(q, k, v, gates=module.gates(x))")
+        if mask is not None:
+            check_mask(mask, batch=k.shape[0], length=k.shape[2])
+            pad = ~mask[:, None, :]  # (B, 1, N)
+            k, v = k.masked_fill(pad[..., None], 0.0), v.masked_fill(pad[..., None], 0.0)  # NaN padding too
+            gates = {name: g.masked_fill(pad[..., None] if g.ndim == 4 else pad, 0.0) for name, g in gates.items()}
+        return self.recurrence(q, k, v, masked=mask is not None, **gates)
+
+    def forward(self, x, *, mask=None, causal=True):
+        self.check_input(x)
+        if not causal:
+            raise ValueError(CAUSAL_ONLY.format(name=type(self).__name__))
+        q, k, v = self.project(x)  # (B, H, N, Dh)
+        if self.rotary is not None:
+            q, k = self.rotary(q, k, 0)
+        out = self.mix(q, k, v, mask=mask, causal=True, gates=self.gates(x))  # (B, H, N, Dh)
+        return self.dropout(self.to_out(self.merge_heads(out)))
+
+    def step(self, x_t, state=None):
+        """Causal decoding of the next token(s) x_t (B, T, dim) with a (B, H, Dk, Dv) state: (y_t, GatedState).
+
+        gated.step once per token (q scaled by Dk^-1/2 as the chunked functions do); applies
+        self.rotary(q, k, position) when set. Equals forward(x, causal=True) position by position.
+        """
+        self.check_input(x_t, "x_t")
+        q, k, v = self.project(x_t)  # (B, H, T, Dh)
+        position = 0 if state is None else state.position
+        if self.rotary is not None:
+            q, k = self.rotary(q, k, position)
+        log_decay, beta = self.step_gates(self.gates(x_t))
+        dtype = _compute_dtype(q)
+        B, H, T, Dk = q.shape
+        S = q.new_zeros(B, H, Dk, v.shape[-1], dtype=dtype) if state is None else state.S
+        q, k, v = q.to(dtype) * Dk ** -0.5, k.to(dtype), v.to(dtype)
+        outs = []
+        for t in range(T):
+            o, S = gated.step(q[:, :, t], k[:, :, t], v[:, :, t], S,
+                              log_decay_t=None if log_decay is None else log_decay[:, :, t].to(dtype),
+                              beta_t=None if beta is None else beta[:, :, t].to(dtype))
+            outs.append(o)  # (B, H, Dv)
+        out = torch.stack(outs, dim=2) if outs else v.new_zeros(B, H, 0, v.shape[-1])  # (B, H, T, Dv)
+        y = self.to_out(self.merge_heads(out.to(x_t.dtype)))
+        return self.dropout(y), GatedState(S, position + T)
+
+
+class RetentionSelfAttention(_GatedSelfAttention):
+    """Multi-head retention (RetNet, arXiv 2307.08621 eq. 1-4, §2.2): S_t = γ_h S_{t-1} + k_t v_tᵀ, o_t = S_tᵀq_t/√Dk.
+
+    x (B, N, dim) -> (B, N, dim). Buffer `gamma` (H,): γ_h = 1 − 2^(−5−h) (gated.retention_gammas), fixed; it is
+    not saved in the state_dict (a function of `heads`). Through gated.retention; with a mask through gated.gla
+    with the per-token decay log γ_h at real tokens and 0 at pads (no-ops).
+    """
+    gates_needed = ("log_gate",)
+
+    def __init__(self, dim, heads=8, *, dim_head=None, dropout=0.0, bias=False, chunk_size=64):
+        super().__init__(dim, heads, dim_head=dim_head, dropout=dropout, bias=bias, chunk_size=chunk_size)
+        self.register_buffer("gamma", gated.retention_gammas(heads).float(), persistent=False)
+
+    def _log_decay(self, t):
+        """log γ_h for every token of t (B, N, ...) or (B, H, N, ...): (B, H, N), as gated.retention computes it."""
+        B, N = t.shape[0], t.shape[-2]
+        log_gamma = torch.log(self.gamma.to(_compute_dtype(t)))
+        return log_gamma.view(1, self.heads, 1).expand(B, self.heads, N)
+
+    def gates(self, x):
+        return {"log_gate": self._log_decay(x)}  # (B, H, N)
+
+    def mix(self, q, k, v, *, mask=None, causal=True, gates=None):
+        # γ is a buffer: retention needs nothing from x, so mix(q, k, v) works without gates too
+        return super().mix(q, k, v, mask=mask, causal=causal, gates={"log_gate": self._log_decay(q)}
+                           if gates is None else gates)
+
+    def step_gates(self, gates):
+        return gates["log_gate"], None
+
+    def recurrence(self, q, k, v, *, masked, log_gate):
+        if not masked:
+            return gated.retention(q, k, v, self.gamma, chunk_size=self.chunk_size)
+        return gated.gla(q, k, v, log_gate, chunk_size=self.chunk_size)  # γ per token: 0 (keep) at the pads
+
+
+class GLASelfAttention(_GatedSelfAttention):
+    """Gated linear attention (GLA, arXiv 2312.06635 eq. 3 and §4.4): S_t = diag(exp g_t) S_{t-1} + k_t v_tᵀ.
+
+    x (B, N, dim) -> (B, N, dim). g_t = logsigmoid(W2 W1 x_t) / gate_logit_normalizer, (B, H, N, Dh) ≤ 0: a decay
+    per head and key feature through a rank-`gate_low_rank_dim` projection `to_gate` (dim -> 16 -> H·Dh), divided
+    by the paper's temperature 16 so that gates start near 1 (fla's GatedLinearAttention has the same).
+    """
+    gates_needed = ("log_gate",)
+
+    def __init__(self, dim, heads=8, *, dim_head=None, dropout=0.0, bias=False, chunk_size=64, gate_low_rank_dim=16,
+                 gate_logit_normalizer=16.0):
+        super().__init__(dim, heads, dim_head=dim_head, dropout=dropout, bias=bias, chunk_size=chunk_size)
+        if not gate_logit_normalizer > 0:
+            raise ValueError(f"gate_logit_normalizer must be > 0 (it divides the log-gate), got "
+                             f"{gate_logit_normalizer!r}")
+        self.to_gate = nn.Sequential(nn.Linear(dim, gate_low_rank_dim, bias=False),
+                                     nn.Linear(gate_low_rank_dim, heads * self.dim_head))
+        self.gate_logit_normalizer = gate_logit_normalizer
+
+    def gates(self, x):
+        g = F.logsigmoid(self.to_gate(x)) / self.gate_logit_normalizer  # (B, N, H·Dh) ≤ 0
+        return {"log_gate": self.split_heads(g)}  # (B, H, N, Dh)
+
+    def step_gates(self, gates):
+        return gates["log_gate"], None
+
+    def recurrence(self, q, k, v, *, masked, log_gate):
+        return gated.gla(q, k, v, log_gate, chunk_size=self.chunk_size)
+
+
+class DeltaNetSelfAttention(_GatedSelfAttention):
+    """DeltaNet (arXiv 2406.06484 eq. 2, §3.3): S_t = S_{t-1} + β_t k_t (v_t − S_{t-1}ᵀ k_t)ᵀ, o_t = S_tᵀq_t/√Dk.
+
+    x (B, N, dim) -> (B, N, dim). q and k are L2-normalised per head (`project`; then I − β k kᵀ has norm ≤ 1
+    and the state cannot blow up); β_t = sigmoid(to_beta(x_t)) (B, H, N) in [0, 1], one step size per head.
+    """
+    gates_needed = ("beta",)
+
+    def __init__(self, dim, heads=8, *, dim_head=None, dropout=0.0, bias=False, chunk_size=64):
+        super().__init__(dim, heads, dim_head=dim_head, dropout=dropout, bias=bias, chunk_size=chunk_size)
+        self.to_beta = nn.Linear(dim, heads)
+
+    def project(self, x):
+        q, k, v = super().project(x)
+        return F.normalize(q, dim=-1), F.normalize(k, dim=-1), v  # (B, H, N, Dh), unit q and k
+
+    def gates(self, x):
+        return {"beta": self.split_gate(torch.sigmoid(self.to_beta(x)))}  # (B, H, N)
+
+    def step_gates(self, gates):
+        return None, gates["beta"]
+
+    def recurrence(self, q, k, v, *, masked, beta):
+        return gated.delta_rule(q, k, v, beta, chunk_size=self.chunk_size)
+
+
+class GatedDeltaNetSelfAttention(DeltaNetSelfAttention):
+    """Gated DeltaNet (arXiv 2412.06464 eq. 10): S_t = α_t (I − β_t k_t k_tᵀ) S_{t-1} + β_t k_t v_tᵀ.
+
+    x (B, N, dim) -> (B, N, dim). DeltaNet's unit q, k and β, plus a decay per head and token:
+    log α_t = logsigmoid(to_alpha(x_t)) (B, H, N) ≤ 0.
+    """
+    gates_needed = ("beta", "log_alpha")
+
+    def __init__(self, dim, heads=8, *, dim_head=None, dropout=0.0, bias=False, chunk_size=64):
+        super().__init__(dim, heads, dim_head=dim_head, dropout=dropout, bias=bias, chunk_size=chunk_size)
+        self.to_alpha = nn.Linear(dim, heads)
+
+    def gates(self, x):
+        return {**super().gates(x), "log_alpha": self.split_gate(F.logsigmoid(self.to_alpha(x)))}  # (B, H, N)
+
+    def step_gates(self, gates):
+        return gates["log_alpha"], gates["beta"]
+
+    def recurrence(self, q, k, v, *, masked, beta, log_alpha):
+        return gated.gated_delta_rule(q, k, v, beta, log_alpha, chunk_size=self.chunk_size)
+
+
+# ---- the benchmark's builders (minilin.variants: Variant.bench) -------------------------------------------------
+
+def _bench_fn(name, causal, fn):
+    if not causal:
+        raise ValueError(f"{name} is causal by construction: benchmark {name}-causal")
+
+    return fn  # on device="meta" (the memory model) gated.py takes the path of in-range, finite inputs
+
+
+def _per_head(g, q):
+    """A gate made once for batch 1, (1, H, n[, D]), as a view over q's batch."""
+    return g.expand(q.shape[0], *g.shape[1:])
+
+
+def retention_fn(n, make, *, causal, heads, **_):
+    gamma = gated.retention_gammas(heads).to(make.device)  # cast to q's dtype inside gated.retention
+    return _bench_fn("retention", causal, lambda q, k, v: gated.retention(q, k, v, gamma))
+
+
+def gla_fn(n, make, *, causal, heads, dim_head, **_):
+    log_gate = F.logsigmoid(make.randn(1, heads, n, dim_head)) / 16  # GLA's temperature: gates near 1
+    return _bench_fn("gla", causal, lambda q, k, v: gated.gla(q, k, v, _per_head(log_gate, q)))
+
+
+def deltanet_fn(n, make, *, causal, heads, **_):
+    beta = torch.sigmoid(make.randn(1, heads, n))
+
+    def fn(q, k, v):  # unit q and k, as DeltaNetSelfAttention's; normalising is part of the cost
+        return gated.delta_rule(F.normalize(q, dim=-1), F.normalize(k, dim=-1), v, _per_head(beta, q))
+    return _bench_fn("deltanet", causal, fn)
+
+
+def gated_deltanet_fn(n, make, *, causal, heads, **_):
+    beta, log_alpha = torch.sigmoid(make.randn(1, heads, n)), F.logsigmoid(make.randn(1, heads, n))
+
+    def fn(q, k, v):
+        return gated.gated_delta_rule(F.normalize(q, dim=-1), F.normalize(k, dim=-1), v, _per_head(beta, q),
+                                      _per_head(log_alpha, q))
+    return _bench_fn("gated-deltanet", causal, fn)
