@@ -34,7 +34,6 @@ Non-finite inputs reach exactly the outputs that may see them (NaN out, never a 
 causal=True, outputs before a NaN/inf query or key are bit-identical to a run without it. A NaN *value* can
 still reach earlier outputs of its chunk through 0·NaN in a matrix product, as in scaled_dot_product_attention.
 """
-import math
 import warnings
 from dataclasses import dataclass
 
@@ -116,11 +115,6 @@ def _floor(dtype):
     return torch.finfo(dtype).min / 4
 
 
-def _cap(dtype):
-    """Largest exponent a query factor may take: two such factors still multiply to a finite number."""
-    return 0.5 * math.log(torch.finfo(dtype).max)
-
-
 class _Chunks:
     """Queries placed at key positions 0..M-1 and cut into nc chunks of c (the scan's layout).
 
@@ -136,12 +130,14 @@ class _Chunks:
 
     def queries(self, t):  # (B, H, N, X) -> (B, H, nc, c, X)
         t = t[:, :, self.skipped:]
-        t = torch.nn.functional.pad(t, (0, 0, self.lead, self.pad))
-        return t.view(*t.shape[:2], self.nc, self.c, t.shape[-1])
+        if self.lead or self.pad:  # (no copy when the chunks tile the sequence exactly)
+            t = torch.nn.functional.pad(t, (0, 0, self.lead, self.pad))
+        return t.reshape(*t.shape[:2], self.nc, self.c, t.shape[-1])
 
     def keys(self, t):  # (B, H, M, X) -> (B, H, nc, c, X)
-        t = torch.nn.functional.pad(t, (0, 0, 0, self.pad))
-        return t.view(*t.shape[:2], self.nc, self.c, t.shape[-1])
+        if self.pad:
+            t = torch.nn.functional.pad(t, (0, 0, 0, self.pad))
+        return t.reshape(*t.shape[:2], self.nc, self.c, t.shape[-1])
 
     def output(self, o):  # (B, H, nc, c, E) -> (B, H, N, E-1) divided, and the normalisers (B, H, N)
         B, H = o.shape[:2]
@@ -153,34 +149,42 @@ class _Chunks:
         return out, den
 
 
-def _scan(q_intra, k_intra, q_inter, k, v1, decay, *, blind, pair=None):
+def _scan(q, k, v1, decay, *, blind, pair=None, q_scale=None, k_scale=None):
     """The one chunked causal scan. Per chunk c (positions in chunks of size c):
 
-        out_i = q_inter_i · S_{<c}  +  Σ_{j ≤ i in chunk c} (q_intra_i · k_j) [v_j | 1]
-        S_{≤c} = S_{<c} ⊙ decay_c + Σ_{j in chunk c} k_j [v_j | 1]ᵀ        (an (F × Dv+1) prefix sum)
+        out_i = s_i · (q_i · S_{<c})  +  Σ_{j ≤ i in chunk c} (q_i · k_j) [v_j | 1]
+        S_{≤c} = S_{<c} ⊙ decay_c + Σ_{j in chunk c} k_j (t_j [v_j | 1])ᵀ        (an (F × Dv+1) prefix sum)
 
-    q_intra, k_intra, q_inter, k: (B, H, nc, c, F); v1: (B, H, nc, c, Dv+1); decay: (B, H, nc, F or 1), the
-    factor that brings the state from the previous chunk's scale to this chunk's (each row of the state may
-    carry its own scale); k_intra is k on the scale of q_intra. pair = (a, b), (B, H, nc, c) each, or None:
-    the in-chunk weight of key j for query i is further multiplied by exp(b_j − a_i) (≤ 1 for j ≤ i), a
-    scalar per pair that keeps both feature factors in range. blind: skip the in-chunk term (a query does
-    not see its own chunk).
+    q, k: (B, H, nc, c, F); v1: (B, H, nc, c, Dv+1); decay: (B, H, nc, F or 1), the factor that brings the
+    state from the previous chunk's scale to this chunk's (each row of the state may carry its own scale).
+    q_scale s, k_scale t: (B, H, nc, c, 1) or None (= 1): per-position factors of the state's read and write
+    (a query on the state's scale, a key on its chunk's end); scaling the (c, Dv+1) rows of the products
+    instead of the (c, F) features costs Dv+1 instead of F multiplications a row. pair = (a, b), (B, H, nc, c)
+    each, or None: the in-chunk weight of key j for query i is further multiplied by exp(b_j − a_i) (≤ 1 for
+    j ≤ i), a scalar per pair that keeps both feature factors in range. blind: skip the in-chunk term (a query
+    does not see its own chunk).
     """
     B, H, nc, c, Fq = k.shape
-    chunk_kv = k.transpose(-2, -1) @ v1  # (B, H, nc, F, Dv+1)
+    written = v1[:, :, :-1] if k_scale is None else v1[:, :, :-1] * k_scale[:, :, :-1]  # the last chunk's
+    chunk_kv = k[:, :, :-1].transpose(-2, -1) @ written  # (B, H, nc-1, F, Dv+1)    writes are never read
     state = k.new_zeros(B, H, Fq, v1.shape[-1])
-    before = []
-    for i in range(nc):  # nc small (F × Dv+1) updates
-        before.append(state)
-        state = state * decay[:, :, i, :, None] + chunk_kv[:, :, i]
-    out = q_inter @ torch.stack(before, dim=2)  # (B, H, nc, c, Dv+1)
+    in_place = not (torch.is_grad_enabled() and (chunk_kv.requires_grad or decay.requires_grad))
+    reads = []
+    for i in range(nc):  # nc small (F × Dv+1) updates; each chunk reads the state before its own update
+        reads.append(q[:, :, i] @ state)  # (B, H, c, Dv+1): no stack of nc states
+        if i < nc - 1:
+            d, kv = decay[:, :, i, :, None], chunk_kv[:, :, i]
+            state = state.mul_(d).add_(kv) if in_place else state * d + kv  # (no autograd graph: in place)
+    out = torch.stack(reads, dim=2)  # (B, H, nc, c, Dv+1)
+    if q_scale is not None:
+        out = out * q_scale
     if not blind:
         tri = torch.ones(c, c, dtype=torch.bool, device=k.device).tril()
-        scores = q_intra @ k_intra.transpose(-2, -1)  # (B, H, nc, c, c)
+        scores = q @ k.transpose(-2, -1)  # (B, H, nc, c, c), a fresh temporary: updated in place below
         if pair is not None:
-            a, b = pair
-            scores = scores * torch.exp((b[..., None, :] - a[..., :, None]).masked_fill(~tri, 0.0).clamp(max=0.0))
-        scores = torch.where(tri, scores, torch.zeros_like(scores))  # where, not ×0: a NaN later key stays out
+            a, b = pair  # detached log-scales: exp(b_j − a_i) ≤ 1 on and below the diagonal, clamped above it
+            scores = scores.mul_((b[..., None, :] - a[..., :, None]).clamp_(max=0.0).exp_())
+        scores = scores.masked_fill_(~tri, 0.0)  # a fill, not ×0: a NaN later key stays out
         out = out + scores @ v1
     return out
 
@@ -212,18 +216,19 @@ def _causal(phi_q, phi_k, v, *, chunk_size, k_log_scale, bucket_size):
     qc, kc, v1 = ch.queries(phi_q), ch.keys(phi_k), ch.keys(_with_ones(v))
     if k_log_scale is None:
         one = qc.new_ones(B, H, ch.nc, 1)
-        return ch.output(_scan(qc, kc, qc, kc, v1, one, blind=blind))
+        return ch.output(_scan(qc, kc, v1, one, blind=blind))
     r = k_log_scale.detach()
     r = torch.cummax(torch.where(torch.isfinite(r), r, torch.full_like(r, _floor(r.dtype))), dim=-1).values
     r = torch.nn.functional.pad(r, (0, ch.pad), mode="replicate").view(B, H, ch.nc, ch.c, 1)
     r_end = r[:, :, :, -1:]  # (B, H, nc, 1, 1): each chunk's keys are brought to its last key's scale
     r_before = torch.cat([r_end[:, :, :1], r_end[:, :, :-1]], dim=2)  # the state's scale (chunk 0: any)
-    cap = _cap(qc.dtype)
-    q_inter = qc * torch.exp((r_before - r).clamp(max=cap))  # ≤ 1
-    k_end = kc * torch.exp(r - r_end)
+    # ≤ 1: query i reads the state on its own scale (chunk 0 reads a zero state: any factor ≤ 1 will do, and
+    # one ≤ 1 keeps a large gradient × 0 from becoming inf × 0 = NaN in the backward pass)
+    q_scale = torch.exp((r_before - r).clamp(max=0.0))
+    k_scale = torch.exp(r - r_end)  # ≤ 1: key j written on its chunk's end scale
     pair = (r[..., 0], r[..., 0])  # key j seen from query i ≥ j: exp(r_j − r_i) ≤ 1
-    return ch.output(_scan(qc, kc, q_inter, k_end, v1, torch.exp(r_before - r_end)[..., 0], blind=blind,
-                           pair=pair))
+    return ch.output(_scan(qc, kc, v1, torch.exp(r_before - r_end)[..., 0], blind=blind, pair=pair,
+                           q_scale=q_scale, k_scale=k_scale))
 
 
 # ---- linear attention from q, k, v --------------------------------------------------------------------------
@@ -306,8 +311,10 @@ def linear_attention(q, k, v, *, feature_map, mask=None, causal=False, chunk_siz
         return global_linear_attention(fq, fk, v).to(out_dtype)
     # causal: one running scale per key position (the largest exponent over features and positions so far),
     # carried through the scan as a log-scale, and each query on its own row max; both cancel in the ratio
-    finite = torch.where(torch.isfinite(ek), ek, torch.full_like(ek, -float("inf"))).detach()  # NaN/inf keys
-    top = finite.amax(dim=-1)  # set no scale: they reach exactly the outputs that see them, no earlier one
+    top = ek.detach().amax(dim=-1)  # (B, H, M); NaN or +inf where a key has a NaN/+inf exponent, which must
+    if q.device.type != "meta" and bool((torch.isnan(top) | (top == float("inf"))).any()):  # set no scale:
+        finite = torch.where(torch.isfinite(ek), ek, torch.full_like(ek, -float("inf"))).detach()
+        top = finite.amax(dim=-1)  # such keys reach exactly the outputs that see them, no earlier one
     r = torch.cummax(top, dim=-1).values.clamp(min=_floor(dtype))  # (B, H, M), never the future
     fk = _own(ek, k).sub_(r[..., None]).exp_()  # ≤ 1
     row = eq.detach().amax(dim=-1, keepdim=True)

@@ -272,7 +272,7 @@ def test_cli_writes_csv_and_png_to_results(tmp_path, capsys, monkeypatch):
         bench.main(["--help"])
     assert exit_info.value.code == 0
     text = capsys.readouterr().out
-    assert "--lengths" in text and "peer-performer-causal" in text and "minutes" in text
+    assert "--lengths" in text and "peer-performer-causal" in text and " min" in text
 
 
 def test_progress_bar_follows_the_config_and_tqdm_disable(capsys, monkeypatch):

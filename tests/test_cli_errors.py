@@ -26,6 +26,9 @@ TINY = ["--steps", "2", "--block-size", "32", "--dim", "32", "--depth", "1", "--
 BENCH = ["--lengths", "32", "--model-lengths", "32", "--methods", "exact", "--heads", "2", "--dim-head", "8",
          "--min-run-time", "0.002", "--rounds", "1", "--no-plots", "--no-progress", "--out", "{tmp}/bench"]
 
+DECODE = ["--decode", "--lengths", "16", "--heads", "2", "--dim-head", "8", "--nb-features", "8", "--min-run-time",
+          "0.002", "--rounds", "1", "--no-plots", "--no-progress", "--out", "{tmp}/decode"]
+
 NO_CUDA = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message for a machine without CUDA")
 
 BAD = [
@@ -52,6 +55,8 @@ BAD = [
     ("train-rounds-0", ["train", *TINY, "--step-time", "sdpa,exact", "--rounds", "0"], "--rounds"),
     # train: values that are only wrong together or on this machine (caught before the first step)
     ("train-linformer-causal", ["train", *TINY, "--attention", "linformer"], "--objective mlm"),
+    ("train-deltanet-masked-lm", ["train", *TINY, "--attention", "deltanet", "--objective", "mlm"],
+     "causal by construction"),
     ("train-data-missing", ["train", *TINY, "--data", "{tmp}/missing.txt"], "missing.txt"),
     ("train-data-empty", ["train", *TINY, "--data", "{empty}"], "empty"),
     ("train-data-too-short", ["train", *TINY, "--data", "{text}"], "smaller block_size"),
@@ -89,6 +94,7 @@ BAD = [
     ("bench-methods-peer-of-ours-only", ["bench", *BENCH, "--methods", "peer-exact"], "drop 'peer-'"),
     ("bench-methods-linformer-causal", ["bench", *BENCH, "--methods", "linformer-causal-k64"], "cannot be causal"),
     ("bench-methods-linformer-no-k", ["bench", *BENCH, "--methods", "linformer"], "linformer-k256"),
+    ("bench-methods-gated-not-causal", ["bench", *BENCH, "--methods", "gated-deltanet"], "gated-deltanet-causal"),
     ("bench-methods-empty", ["bench", *BENCH, "--methods", ","], "--methods"),
     pytest.param("bench-device-cuda", ["bench", *BENCH, "--device", "cuda"], "--device cpu", marks=NO_CUDA),
     ("bench-device-unknown", ["bench", *BENCH, "--device", "gpu"], "--device"),
@@ -112,6 +118,16 @@ BAD = [
     ("bench-unknown-option", ["bench", "--lenghts", "256"], "--lenghts"),
     ("bench-out-is-a-file", ["bench", *BENCH, "--out", "{file}"], "--out"),
     ("bench-out-under-a-file", ["bench", *BENCH, "--out", "{file}/x"], "--out"),
+    # bench --decode: its methods are the decoding ones; sweep-only options are refused, not ignored
+    ("bench-decode-methods-not-decodable", ["bench", *DECODE, "--methods", "linformer-k256"], "decoding methods are"),
+    ("bench-decode-methods-sweep-name", ["bench", *DECODE, "--methods", "exact-kv-cache,performer-causal"],
+     "'performer-causal' cannot be decoded"),
+    ("bench-decode-methods-empty", ["bench", *DECODE, "--methods", ","], "--methods"),
+    ("bench-decode-passes", ["bench", *DECODE, "--passes", "fwd"], "--passes does not apply to --decode"),
+    ("bench-decode-model-lengths", ["bench", *DECODE, "--model-lengths", "32"], "drop --model-lengths"),
+    ("bench-decode-lengths-0", ["bench", *DECODE, "--lengths", "0"], "at least 1"),
+    pytest.param("bench-decode-device-cuda", ["bench", *DECODE, "--device", "cuda"], "--device cpu", marks=NO_CUDA),
+    ("bench-decode-out-is-a-file", ["bench", *DECODE, "--out", "{file}"], "--out"),
 ]
 
 

@@ -111,6 +111,9 @@ def check_command(command):
         pytest.fail(f"`{command}` is refused by its parser: {err}")
     methods = getattr(parsed, "methods", None)
     get_method = getattr(importlib.import_module(COMMANDS[args[0]][0]), "get_method", None)
+    if getattr(parsed, "decode", False):  # bench --decode: its methods are the decoding ones
+        from minilin.bench.decode import check_methods
+        get_method = lambda name: check_methods([name])
     if args[0] == "bench" and isinstance(methods, str) and get_method is not None and "--methods" in args:
         for name in filter(None, (m.strip() for m in methods.split(","))):
             try:
@@ -141,6 +144,7 @@ def test_documented_command_parses(where, command):
     ("python -m minilin frobnicate", "no subcommand"),
     ("python -m minilin train --steps many", "refused"),
     ("python -m minilin bench --quick --methods exact,favor", "favor"),  # the old name of performer
+    ("python -m minilin bench --decode --methods exact-kv-cache,linformer-k64", "linformer-k64"),
 ])
 def test_the_check_catches_broken_commands(command, problem):
     with pytest.raises((AssertionError, pytest.fail.Exception), match=problem):
@@ -262,3 +266,44 @@ def test_readme_times_are_the_measured_ones():
         assert row["cores"] == "2", f"{command!r} was timed on {row['cores']} cores; the README speaks of 2"
         assert shown == readme_times.readme_time(float(row["seconds"])), (
             f"README shows {shown!r} for {command!r}; measured {row['seconds']} s on {row['date']}")
+
+
+def test_bench_help_quotes_the_measured_times():
+    import csv
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    import readme_times
+
+    from minilin.bench import cli
+
+    with readme_times.OUT.open() as f:
+        measured = {r["command"]: float(r["seconds"]) for r in csv.DictReader(f)}
+    assert cli.QUICK_TIME == readme_times.readme_time(measured["python -m minilin bench --quick"])
+    assert cli.DEFAULT_TIME == readme_times.readme_time(measured["python -m minilin bench"])
+
+
+SCANS_CSV = ROOT / "results" / "reference" / "causal-scans" / "bench-cpu-float32.csv"
+SCAN_PAIRS = (("performer-causal", "sdpa-causal"), ("linear-causal", "sdpa-causal"),
+              ("retention-causal", "linear-causal"), ("gla-causal", "linear-causal"),
+              ("deltanet-causal", "linear-causal"), ("gated-deltanet-causal", "linear-causal"))
+
+
+def scan_table_rows(path=SCANS_CSV):
+    """The README's table of the causal scans, row by row, computed from the committed bench CSV."""
+    from minilin.bench import load_csv, paired_ratio
+
+    df = load_csv(path)
+    lengths = sorted(set(df[df["metric"] == "time_fwd_round"]["n"]))
+    rows = ["| time of | over the time of | " + " | ".join(f"n = {n}" for n in lengths) + " |",
+            "|---|---|" + "---|" * len(lengths)]
+    for method, base in SCAN_PAIRS:
+        r = paired_ratio(df, method, base)
+        rows.append(f"| `{method}` | `{base}` | "
+                    + " | ".join(f"{r[n][0]:.2f} [{r[n][1]:.2f}, {r[n][2]:.2f}]" for n in lengths) + " |")
+    return rows
+
+
+def test_readme_scan_table_is_the_committed_run():
+    text = README.read_text()
+    for row in scan_table_rows():
+        assert row in text, f"README lacks this row computed from {SCANS_CSV.name}: {row}"

@@ -5,6 +5,8 @@
     meters    saved bytes, live bytes, FLOPs (also on device="meta"), timers     saved_tensor_bytes, model_case
     sweep     every method × length, interleaved medians, slow / out-of-memory rows      BenchConfig, run
     results   the CSV schema, load / write, series, growth exponents, crossovers         load_csv, growth_exponent
+    decode    ms per generated token and bytes held between tokens (`bench --decode`)   DecodeConfig, run
+    decode_results  its CSV (own schema), crossover context, summary, figure       load_decode_csv, decode_crossover
     cli       the command line                                                           main, parse_lengths
 
 `minilin.plots` draws the CSV and reads only `minilin.bench.results` (and the names, `minilin.bench.names`).

@@ -1,4 +1,5 @@
-"""`python -m minilin bench`: run a sweep, write its CSV and PNG plots, print growth exponents and ratio tables.
+"""`python -m minilin bench`: run a sweep, write its CSV and PNG plots, print growth exponents and ratio tables;
+with --decode, time decoding one token at a time instead (minilin.bench.decode).
 
 Every option value is checked before the sweep starts (method names, lengths, device, output folder); a bad
 one is a `minilin.cli.UsageError`: one line on stderr naming the fix, exit code 2.
@@ -7,9 +8,11 @@ import argparse
 import os
 import sys
 import re
+import shlex
 import textwrap
 import time
 
+from minilin.bench import decode
 from minilin.bench.methods import DEFAULT_METHODS, DTYPES, get_method
 from minilin.bench.names import method_examples
 from minilin.bench.results import load_csv, write_csv
@@ -26,7 +29,10 @@ QUICK = {"lengths": (256, 512, 1024, 2048), "model_lengths": (256, 512, 1024, 20
 
 # wall time on an otherwise idle 2-core CPU (README's table of commands says the same); the default sweep is
 # dominated by exact attention and performer-pytorch's causal fallback at n = 4096 and 8192
-QUICK_MINUTES, DEFAULT_MINUTES = "2", "20-30"
+QUICK_TIME, DEFAULT_TIME = "1 min", "8 min"  # measured by tests/readme_times.py (the README's table)
+
+# --decode --quick: a few short contexts, about 20 s on a 2-core CPU
+QUICK_DECODE = {"contexts": (256, 512, 1024, 2048), "min_run_time": 0.05, "rounds": 3, "max_seconds": 0.5}
 
 
 def parse_lengths(text):
@@ -81,8 +87,8 @@ def build_parser():
                     "CSV (one row per method x n x metric) and log-log PNG plots, and prints growth exponents\n"
                     "and ratio tables. Measured rows come from this device; 'model' rows from the same code\n"
                     "run on device='meta' (no memory used), extended to n=65536.\n\n"
-                    f"On a 2-core CPU, --quick takes about {QUICK_MINUTES} minutes and the default sweep about "
-                    f"{DEFAULT_MINUTES} minutes\n(a progress bar shows where it is; --no-progress or TQDM_DISABLE=1 "
+                    f"On a 2-core CPU, --quick takes about {QUICK_TIME} and the default sweep about "
+                    f"{DEFAULT_TIME}\n(a progress bar shows where it is; --no-progress or TQDM_DISABLE=1 "
                     "hide it).",
         epilog="examples:\n  python -m minilin bench --quick\n"
                "  python -m minilin bench --lengths 256,512,...,16384 --methods exact,sdpa,linformer-k256,performer\n"
@@ -114,7 +120,7 @@ def build_parser():
     p.add_argument("--max-memory", type=parse_bytes, default=None,
                    help="predicted peak above this is recorded as 'oom' without running, e.g. 4GiB "
                         "(default on CPU: a quarter of RAM; on CUDA: run and catch out-of-memory errors)")
-    p.add_argument("--passes", default=",".join(PASSES), help="fwd, fwdbwd or both (default fwd,fwdbwd)")
+    p.add_argument("--passes", default=None, help="fwd, fwdbwd or both (default fwd,fwdbwd)")
     p.add_argument("--threads", type=positive_int, default=None,
                    help="CPU threads for torch (default: torch's own choice); fewer gives steadier timings on a "
                         "busy machine")
@@ -122,10 +128,16 @@ def build_parser():
                    help="seed of the inputs, E, F and projections (default 0)")
     p.add_argument("--out", default=DEFAULT_OUT, help=f"output folder for CSV and PNG (default {DEFAULT_OUT}/)")
     p.add_argument("--quick", action="store_true",
-                   help=f"small CPU-friendly sweep, about {QUICK_MINUTES} minutes on a 2-core CPU: lengths "
+                   help=f"small CPU-friendly sweep, about {QUICK_TIME} on a 2-core CPU: lengths "
                         "256..2048, the model at 256..2048, 4096, 16384, 65536, short timings, calls over 0.5 s "
                         "recorded as slow, the default methods except peer-performer-causal (seconds per call "
                         "on a CPU)")
+    p.add_argument("--decode", action="store_true",
+                   help="measure decoding instead: ms per generated token and the bytes held between tokens after "
+                        "n cached tokens (--lengths; default 256..16384 on CPU, 256..65536 on CUDA; --quick "
+                        "256..2048) for " + ", ".join(decode.DECODE_METHODS) + " (--methods picks among them); "
+                        "writes decode-<device>-<dtype>.csv and .png. --rounds, --min-run-time, --max-seconds, "
+                        "--max-memory, --heads, --dim-head, --nb-features, --batch, --threads, --seed apply")
     p.add_argument("--no-plots", action="store_true", help="write the CSV only")
     p.add_argument("--no-progress", action="store_true", help="no progress bar (or set TQDM_DISABLE=1)")
     return p
@@ -148,7 +160,8 @@ def _methods(text, quick):
 def config_from_args(args):
     """The BenchConfig of parsed arguments; UsageError for a value that parsing alone cannot reject."""
     quick = QUICK if args.quick else {}
-    passes = tuple(p.strip() for p in args.passes.split(",") if p.strip())
+    text = ",".join(PASSES) if args.passes is None else args.passes
+    passes = tuple(p.strip() for p in text.split(",") if p.strip())
     if not passes or any(p not in PASSES for p in passes):
         raise UsageError(f"--passes: use fwd, fwdbwd or fwd,fwdbwd, got {args.passes!r}")
     d = BenchConfig()
@@ -159,6 +172,32 @@ def config_from_args(args):
         methods=_methods(args.methods, quick),
         batch=args.batch, heads=args.heads, dim_head=args.dim_head, nb_features=args.nb_features,
         device=args.device, dtype=args.dtype, passes=passes,
+        min_run_time=pick(args.min_run_time, "min_run_time"), rounds=pick(args.rounds, "rounds"),
+        max_seconds=pick(args.max_seconds, "max_seconds"), max_bytes=args.max_memory, seed=args.seed,
+        threads=args.threads, progress=not args.no_progress)
+
+
+def decode_config_from_args(args):
+    """The DecodeConfig of parsed arguments with --decode; UsageError for an option that does not apply."""
+    for flag, value in (("--model-lengths", args.model_lengths), ("--passes", args.passes)):
+        if value is not None:
+            raise UsageError(f"{flag} does not apply to --decode (it times one forward step per token at the "
+                             f"--lengths contexts); drop {flag}")
+    if args.methods in ("default", "all-ours"):
+        methods = decode.DECODE_METHODS
+    else:
+        names = [m.strip() for m in args.methods.split(",") if m.strip()]
+        if not names:
+            raise UsageError(f"--methods: give comma-separated names among {', '.join(decode.DECODE_METHODS)}")
+        try:
+            methods = decode.check_methods(names)
+        except ValueError as err:
+            raise UsageError(f"--methods: {err} (with --decode)") from None
+    quick, d = (QUICK_DECODE if args.quick else {}), decode.DecodeConfig()
+    pick = lambda value, key: value if value is not None else quick.get(key, getattr(d, key))
+    return decode.DecodeConfig(
+        contexts=pick(args.lengths, "contexts"), methods=methods, batch=args.batch, heads=args.heads,
+        dim_head=args.dim_head, nb_features=args.nb_features, device=args.device, dtype=args.dtype,
         min_run_time=pick(args.min_run_time, "min_run_time"), rounds=pick(args.rounds, "rounds"),
         max_seconds=pick(args.max_seconds, "max_seconds"), max_bytes=args.max_memory, seed=args.seed,
         threads=args.threads, progress=not args.no_progress)
@@ -187,7 +226,10 @@ def _out_folder(path):
 
 def main(argv=None):
     """`python -m minilin bench ...`: run the sweep, write CSV (+ PNG), print the ratio tables."""
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser().parse_args(argv)
+    if args.decode:
+        return decode_main(args, argv)
     cfg = config_from_args(args)
     device = _device(cfg.device)
     out = _out_folder(args.out)
@@ -204,6 +246,30 @@ def main(argv=None):
     if not args.no_plots:
         written += plots.save_figures(df, stem)
     print(plots.summary(df))
+    print(f"\n{len(rows)} rows in {time.perf_counter() - t0:.0f} s; wrote:")
+    for path in written:
+        print(f"  {path}")
+    return 0
+
+
+def decode_main(args, argv):
+    """`python -m minilin bench --decode ...`: time decoding, write the CSV (+ PNG), print the summary."""
+    cfg = decode_config_from_args(args)
+    device = _device(cfg.device)
+    out = _out_folder(args.out)
+    stem = os.path.join(out, f"decode-{device.type}-{cfg.dtype}")
+    earlier = [p for p in (stem + ".csv", stem + ".png") if os.path.exists(p)]
+    if earlier:
+        print(f"note: this run replaces {', '.join(earlier)} from an earlier run when it ends; "
+              f"use --out DIR to keep both", file=sys.stderr, flush=True)
+    t0 = time.perf_counter()
+    rows = decode.run(cfg)
+    command = "python -m minilin bench " + shlex.join(argv)
+    written = [decode.write_decode_csv(rows, stem + ".csv", command)]
+    df = decode.load_decode_csv(written[0])
+    if not args.no_plots:
+        written.append(decode.save_decode_figure(df, stem + ".png"))
+    print(decode.decode_summary(df))
     print(f"\n{len(rows)} rows in {time.perf_counter() - t0:.0f} s; wrote:")
     for path in written:
         print(f"  {path}")
