@@ -75,8 +75,8 @@ _PAIRS = (("#1f77b4", "#7fb2e5"), ("#ff7f0e", "#ffbb78"), ("#d62728", "#ff9896")
 _PEER_PAIRS = (("#8c564b", "#c49c94"), ("#7f7f7f", "#c7c7c7"))  # peer-performer, peer-efficient
 _SHADES = (("#98df8a", "#2ca02c", "#176217", "#0b3d0b"),)  # light (proj_len ≤ 64) to dark (≥ 512): linformer
 _PEER_SHADES = (("#dbdb8d", "#bcbd22", "#8c8d16", "#5e5f0f"),)  # peer-linformer
-_SPARE_PAIRS = (("#393b79", "#9c9ede"), ("#637939", "#cedb9c"), ("#8c6d31", "#e7cb94"), ("#843c39", "#e7969c"),
-                ("#7b4173", "#de9ed6"), ("#3182bd", "#9ecae1"), ("#e6550d", "#fdae6b"), ("#31a354", "#a1d99b"),
+_SPARE_PAIRS = (("#393b79", "#9c9ede"), ("#637939", "#cedb9c"), ("#7b4173", "#de9ed6"), ("#8c6d31", "#e7cb94"),
+                ("#843c39", "#e7969c"), ("#3182bd", "#9ecae1"), ("#e6550d", "#fdae6b"), ("#31a354", "#a1d99b"),
                 ("#756bb1", "#bcbddc"), ("#636363", "#bdbdbd"))  # matplotlib's tab20b / tab20c, for later variants
 _UNKNOWN = ("#17becf", "#9edae5")  # a name the registry does not know
 
@@ -96,7 +96,8 @@ def _families(ours, peers, spares=(), *, sized=None, sized_ours=(), sized_peers=
 
 
 def palette(methods):
-    """A fixed colour per method: a hue per family, lighter for causal, shades by Linformer's proj_len."""
+    """A fixed colour per method: a hue per family, lighter for causal (except variants that are only causal),
+    shades by Linformer's proj_len."""
     table = _families(_PAIRS, _PEER_PAIRS, _SPARE_PAIRS, sized="k", sized_ours=_SHADES, sized_peers=_PEER_SHADES)
     out = {}
     for name in methods:
@@ -106,6 +107,8 @@ def palette(methods):
             out[name] = colors[min(max(round(math.log2(m.proj_len)) - 6, 0), len(colors) - 1)]  # ≤64,128,256,≥512
             continue
         causal = m.causal if m is not None else name.endswith("-causal")
+        if m is not None and not VARIANTS[m.variant].bidirectional:
+            causal = False  # a causal-only variant (retention, gla, ...) has no second form: its full colour
         out[name] = colors[int(causal)]
     return out
 
