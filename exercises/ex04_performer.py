@@ -26,7 +26,7 @@ def positive_random_features(x, projection):
 
 
 def orthogonal_projection(nb_features, dim, generator):
-    """Task 4.2: a block-orthogonal Gaussian projection (m, D), as in the paper's Theorem 3 (notebook 04, section 3).
+    """Task 4.2: a block-orthogonal Gaussian projection (m, D), as in the paper's Theorem 2 (notebook 04, section 3).
 
     Rows within a block of D rows are orthogonal, yet every row must still be marginally N(0, I_D) (so the
     estimator stays unbiased). Return float64, drawing every random number from `generator`. The grader checks:
