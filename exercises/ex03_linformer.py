@@ -40,8 +40,9 @@ def linformer_forward(q, k, v, E, F, mask=None):
       2. Plan: check M against E.shape[-1] first; k_proj = project(k, E), v_proj = project(v, F), both
          (B, H, k, D); scores q k_projᵀ / √D are (B, H, N, k); softmax over the last axis; times v_proj gives
          (B, H, N, Dv). No mask is needed after the projection: padding is already out of every slot.
-      3. `softmax_attention(q, project_sequence(k, E, mask), project_sequence(v, F, mask))`, after
-         `if k.shape[2] > E.shape[-1]: raise ValueError(...)`.
+      3. In formulas: out = softmax(q (E K)ᵀ / √D) (F V), with E K and F V the projected (masked) keys and
+         values of Task 3.1, and exact attention on the k slots; first refuse a sequence longer than E's n
+         columns with a ValueError that says so.
     """
     raise NotImplementedError("Task 3.2")
 
@@ -73,6 +74,6 @@ def fan_in_init(k, n, generator, dtype=torch.float64):
       1. Var[(E K)_j] / Var[K] = n · Var[E_ji]. Which variance makes this 1, and how do you scale a standard
          normal to have it?
       2. Plan: one (k, n) standard-normal draw from the generator, in the requested dtype, times a scalar.
-      3. `torch.randn(k, n, generator=generator, dtype=dtype) / math.sqrt(n)` (or `* n ** -0.5`).
+      3. In formulas: E_ij ~ N(0, 1/n), i.e. standard normal draws (from `generator`, in `dtype`) times 1/√n.
     """
     raise NotImplementedError("Task 3.4")

@@ -20,7 +20,8 @@ def positive_random_features(x, projection):
          E[exp(wᵀx) exp(wᵀy)] into exp(xᵀy)? And what makes an average of m terms out of a dot product?
       2. Plan: one matrix product gives all wᵢᵀx at once, shape (..., N, m); a per-row correction of shape
          (..., N, 1) broadcasts over the m features; exponentiate; divide by a constant.
-      3. φ(x)_i = exp(wᵢᵀx − |x|²/2) / √m, i.e. `x @ projection.T` and `(x * x).sum(-1, keepdim=True)`.
+      3. φ(x)_i = exp(wᵢᵀx − |x|²/2) / √m: the exponent is the i-th projection of x minus half of x's squared
+         norm (one value per row, broadcast over the m features).
     """
     raise NotImplementedError("Task 4.1")
 
@@ -41,10 +42,10 @@ def orthogonal_projection(nb_features, dim, generator):
          of a Gaussian matrix gives you orthonormal directions; where do the lengths come from?
       2. Plan: ceil(m / D) blocks, each a (D, D) matrix of orthonormal rows; stack them to (ceil(m/D)·D, D)
          and keep the first m rows; then scale row i by its own length; shape (m, D).
-      3. For each block in turn: q, r = torch.linalg.qr(torch.randn(D, D, generator=generator,
-         dtype=torch.float64)); the block is (q * sign(diag(r))).T (the sign correction makes it uniformly
-         distributed). After all blocks, for each of the m rows in turn, its length is the norm of a fresh
-         torch.randn(D, generator=generator, dtype=torch.float64) (a chi(D) draw).
+      3. In formulas: for each block, factor a fresh D×D Gaussian matrix G = QR; multiply column j of Q by the
+         sign of R's j-th diagonal entry (without it no row is uniformly distributed: notebook 04 measures the
+         bias); the block's rows are the columns of that corrected Q. Row i's length is |g_i| for a fresh
+         Gaussian vector g_i in R^D (a χ(D) draw), all from `generator`, in float64.
     """
     raise NotImplementedError("Task 4.2")
 

@@ -49,11 +49,10 @@ def causal_efficient_attention(q, k, v, bucket_size=1):
          and of φ_k(k_j) give (B, H, N, D). For each query, the index of its last visible key (-1: none) is a
          length-N index tensor; pick those prefix rows, contract them with φ_q over D to get a numerator
          (B, H, N, Dv) and a denominator (B, H, N), divide, and set the queries that see nothing to 0.
-      3. `kv = torch.einsum("bhnd,bhne->bhnde", phi_k, v).cumsum(dim=2)`, `ks = phi_k.cumsum(dim=2)`;
-         `last = i` (bucket_size 1) or `(i // bucket_size) * bucket_size - 1`, with `i = torch.arange(N)`;
-         `idx = last.clamp(min=0)`; `num = torch.einsum("bhnd,bhnde->bhne", phi_q, kv[:, :, idx])`,
-         `den = torch.einsum("bhnd,bhnd->bhn", phi_q, ks[:, :, idx])`; out = num / den[..., None], then
-         `torch.where((last >= 0)[:, None], out, torch.zeros_like(out))`.
+      3. In formulas: S_j = Σ_{l ≤ j} φ_k(k_l) v_lᵀ and z_j = Σ_{l ≤ j} φ_k(k_l) (running sums over positions);
+         query i's last visible key is ℓ(i) = i when bucket_size is 1, and ℓ(i) = ⌊i/B⌋·B − 1 otherwise;
+         out_i = φ_q(q_i)ᵀ S_ℓ(i) / φ_q(q_i)ᵀ z_ℓ(i) where ℓ(i) ≥ 0, and 0 where ℓ(i) = −1 (read a clamped
+         index, then zero those rows).
     """
     raise NotImplementedError("Task 5.2")
 
@@ -73,9 +72,9 @@ def transplant_into_lat(ours, lat):
          times a constant c, how can to_out undo that constant? Does to_out's bias see it?
       2. Plan: without recording gradients, copy the three input projections' weights as they are; set their
          to_out weight to ours times 1/c = √D (D = ours.dim_head); copy the to_out bias unchanged; return lat.
-      3. Inside `with torch.no_grad():`, `lat.to_q.weight.copy_(ours.to_q.weight)` (the same for to_k, to_v),
-         `lat.to_out.weight.copy_(ours.to_out.weight * ours.dim_head ** 0.5)` and
-         `lat.to_out.bias.copy_(ours.to_out.bias)`.
+      3. In formulas: W_q, W_k, W_v (theirs) = W_q, W_k, W_v (ours); W_out (theirs) = √D · W_out (ours), since
+         W_out · (c·h) = (c·W_out) · h; b_out (theirs) = b_out (ours), since the bias is added after the
+         product and never sees c. Copy in place, with gradients off.
     """
     raise NotImplementedError("Task 5.3")
 
@@ -95,9 +94,8 @@ def linformer_into_ours(theirs, ours):
       2. Plan: without recording gradients, copy the four Linear layers by name (weights, and to_out's bias
          too); E gets proj_k rearranged to (k, seq_len), F gets proj_v the same way; return ours. Shorter
          inputs need no extra work: both sides then use the first N positions of their matrices.
-      3. Inside `with torch.no_grad():`, `ours.E.copy_(theirs.proj_k.T)`, `ours.F.copy_(theirs.proj_v.T)`, and
-         for each name in ("to_q", "to_k", "to_v", "to_out"):
-         `getattr(ours, name).load_state_dict(getattr(theirs, name).state_dict())`.
+      3. In formulas: E[j, n] = proj_k[n, j] and F[j, n] = proj_v[n, j] (each is the other's transpose); every
+         weight and bias of the four linear layers equal, name for name. Copy in place, with gradients off.
     """
     raise NotImplementedError("Task 5.4")
 

@@ -21,7 +21,7 @@ def encode_bytes(text):
          you iterate over a bytes object?
       2. Plan: text -> a bytes object of N bytes -> a Python list of N ints in 0..255 -> an (N,) tensor. Say
          the dtype explicitly: a tensor built from an empty list would otherwise be float.
-      3. `torch.tensor(list(text.encode("utf-8")), dtype=torch.long)`.
+      3. The ids are the UTF-8 bytes of the text, each an integer 0..255, in a 1-D long tensor.
     """
     raise NotImplementedError("Task 7.1")
 
@@ -37,7 +37,8 @@ def decode_bytes(ids):
          bytes?
       2. Plan: the tensor as a plain Python list of ints; those ints as one bytes object; the bytes decoded as
          UTF-8, with invalid sequences replaced rather than raising.
-      3. `bytes(ids.tolist()).decode("utf-8", errors="replace")`.
+      3. Turn the ids back into a bytes object and decode it as UTF-8, replacing what is not valid UTF-8
+         (a cut multi-byte character) instead of raising.
     """
     raise NotImplementedError("Task 7.1")
 
@@ -53,7 +54,8 @@ def shift_for_next_token(window):
          the two lists line up?
       2. Plan: two slices along the position axis (dim 1), each of length L and each keeping all B rows: one
          drops the last token, the other drops the first.
-      3. `window[:, :-1], window[:, 1:]`.
+      3. Inputs: every position but the last; targets: every position but the first (the same rows, shifted by
+         one along the sequence axis).
     """
     raise NotImplementedError("Task 7.2")
 
@@ -88,7 +90,7 @@ def bits_per_byte(loss_nats):
       1. Nats and bits are the same quantity in two units, like metres and feet: log base e against log base 2.
          How many bits is one nat?
       2. Plan: turn the input into a Python float, then divide it by one constant.
-      3. 1 nat = 1 / ln 2 bits: `float(loss_nats) / math.log(2)` (after `import math`).
+      3. 1 nat = 1 / ln 2 bits: bits = nats / ln 2, returned as a Python float.
     """
     raise NotImplementedError("Task 7.3")
 
@@ -150,9 +152,9 @@ def save_checkpoint(obj, path):
       2. Plan: a temporary name next to `path`; inside try, save to it and then replace `path` with it; on any
          error, delete the temporary file if it exists and raise the error again. An earlier checkpoint at
          `path` stays untouched when saving fails.
-      3. `tmp = Path(path).with_name(Path(path).name + ".tmp")`; `try: torch.save(obj, tmp);
-         os.replace(tmp, path)`; `except BaseException: tmp.unlink(missing_ok=True); raise`
-         (`from pathlib import Path`, `import os`).
+      3. Write to a temporary file beside the target (same folder, so the rename cannot cross file systems),
+         then rename it over the target in one atomic step (os.replace); if anything fails, even an interrupt,
+         delete the temporary file and re-raise.
     """
     raise NotImplementedError("Task 7.6")
 
@@ -169,6 +171,7 @@ def load_checkpoint(path):
          that holds something other than tensors and plain containers?
       2. Plan: one torch.load with two keyword arguments, its result returned as it is. Do not catch the
          error it raises for a suspicious file: the caller must see it.
-      3. `return torch.load(path, map_location="cpu", weights_only=True)`.
+      3. Load onto the CPU and with weights only (no arbitrary pickled code), so a file from a GPU machine or
+         from someone else opens safely.
     """
     raise NotImplementedError("Task 7.6")

@@ -4,6 +4,8 @@ The checks are defined once, in minilin/grading/exNN_*.py; `python -m minilin gr
 on a learner's files in a separate process. Select one side with `--impl solutions` or `--impl exercises`,
 one task with its marker: `pytest tests/exercises -m task1_4`.
 """
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -63,3 +65,22 @@ def test_a_plausible_wrong_answer_fails(task_id, tmp_path, monkeypatch):
     spec.loader.exec_module(module)
     with pytest.raises(AssertionError):
         run_in_process(TASKS[task_id], module)
+
+
+def test_the_last_hint_tier_teaches_without_the_solutions_code():
+    """Tier 3 of every task's hints is the formula or the plan in words: no code span that calls, indexes or
+    assigns (`f(x)`, `a[:, 1:]`, `x = ...`), which would hand over the solution's line."""
+    import ast
+    import re
+
+    root = Path(__file__).resolve().parents[2] / "exercises"
+    offenders = []
+    for path in sorted(root.glob("ex[0-9][0-9]_*.py")):
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.FunctionDef):
+                doc = ast.get_docstring(node) or ""
+                tier3 = re.search(r"\n\s*3\.(.*?)(?:\n\s*\n|\Z)", doc, re.S)
+                if tier3:
+                    offenders += [f"{path.name}:{node.name}: {span}"
+                                  for span in re.findall(r"`[^`]*[(\[=][^`]*`", tier3.group(1))]
+    assert not offenders, "tier-3 hints that hold code:\n" + "\n".join(offenders)
