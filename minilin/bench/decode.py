@@ -28,7 +28,6 @@ to the model, not to a sequence, and are not counted. Linear and gated states of
 float32 (minilin.linear and minilin.gated compute in float32); the KV cache keeps the inputs' dtype.
 """
 import math
-import os
 from dataclasses import dataclass, replace
 
 import torch
@@ -39,7 +38,7 @@ from minilin.attention import softmax_attention
 from minilin.bench.decode_results import (  # noqa: F401 (the results side is part of this module's interface)
     DECODE_COLUMNS, DECODE_METHODS, GATED, LABELS, decode_crossover, decode_figure, decode_summary, load_decode_csv,
     save_decode_figure, write_decode_csv)
-from minilin.bench.meters import LiveBytes, block_timer, free, is_oom, sync, wall
+from minilin.bench.meters import LiveBytes, block_timer, free, is_oom, progress_bar, sync, torch_threads, wall
 from minilin.bench.methods import Tensors, resolve_dtype
 from minilin.bench.sweep import device_name, resolve_max_bytes
 from minilin.device import resolve_device
@@ -247,20 +246,8 @@ def run(cfg=None, **overrides):
     """Run the decoding benchmark; rows (dicts with DECODE_COLUMNS), one per method × context."""
     cfg = replace(cfg or DecodeConfig(), **overrides)
     check_methods(cfg.methods)
-    threads = torch.get_num_threads()
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
-    try:
-        with torch.no_grad():
-            return _run(cfg)
-    finally:
-        torch.set_num_threads(threads)
-
-
-def _progress(cfg, total):
-    from tqdm import tqdm
-    env_off = os.environ.get("TQDM_DISABLE", "").strip().lower() not in ("", "0", "false", "no")
-    return tqdm(total=total, desc="decode", unit="step", disable=env_off or not cfg.progress)
+    with torch_threads(cfg.threads), torch.no_grad():
+        return _run(cfg)
 
 
 def _limit(cfg, device):
@@ -278,7 +265,7 @@ def _run(cfg):
               "heads": cfg.heads, "dim_head": cfg.dim_head, "nb_features": cfg.nb_features}
     sizes = dict(batch=cfg.batch, heads=cfg.heads, dim_head=cfg.dim_head, nb_features=cfg.nb_features, dtype=dtype)
     rows, stopped = [], {}
-    bar = _progress(cfg, len(contexts) * (len(cfg.methods) + cfg.rounds))
+    bar = progress_bar(len(contexts) * (len(cfg.methods) + cfg.rounds), desc="decode", enabled=cfg.progress)
     for context in contexts:
         cases, pending = [], {}
         for method in cfg.methods:

@@ -262,3 +262,22 @@ def free(device):
     if device.type == "cuda":  # hand cached blocks back so the next case's peak starts clean
         gc.collect()
         torch.cuda.empty_cache()
+
+
+@contextlib.contextmanager
+def torch_threads(threads):
+    """Run the block with torch's CPU thread count set to `threads` (None or 0: torch's own), restored after."""
+    before = torch.get_num_threads()
+    if threads:
+        torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def progress_bar(total, *, desc, enabled):
+    """A tqdm bar on stderr; off when not enabled or TQDM_DISABLE is set (read now: tqdm reads it at import)."""
+    from tqdm import tqdm  # not tqdm.auto: in Jupyter without ipywidgets it warns on stderr
+    env_off = os.environ.get("TQDM_DISABLE", "").strip().lower() not in ("", "0", "false", "no")
+    return tqdm(total=total, desc=desc, unit="step", disable=env_off or not enabled)

@@ -39,7 +39,8 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from minilin.bench.meters import block_timer, cuda_peak, free, is_oom, model_case, saved_tensor_bytes, sync, wall
+from minilin.bench.meters import (block_timer, cuda_peak, free, is_oom, model_case, progress_bar, saved_tensor_bytes, sync,
+                                  torch_threads, wall)
 from minilin.bench.methods import (DEFAULT_METHODS, Tensors, attention_fn, case_inputs, features_of, get_method,
                                    resolve_dtype)
 from minilin.bench.results import MEASURED_METRICS, MODEL_METRICS, ROUND_METRICS
@@ -128,20 +129,8 @@ class _TooSlow(Exception):
 def run(cfg=None, **overrides):
     """Run a sweep; returns tidy rows (dicts with minilin.bench.results.CSV_COLUMNS): method × n × metric."""
     cfg = replace(cfg or BenchConfig(), **overrides)
-    threads = torch.get_num_threads()
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
-    try:
+    with torch_threads(cfg.threads):
         return _run(cfg)
-    finally:
-        torch.set_num_threads(threads)
-
-
-def _progress(cfg, total):
-    """A tqdm bar on stderr; off with progress=False or TQDM_DISABLE set (read now: tqdm reads it at import)."""
-    from tqdm import tqdm  # not tqdm.auto: in Jupyter without ipywidgets it warns on stderr
-    env_off = os.environ.get("TQDM_DISABLE", "").strip().lower() not in ("", "0", "false", "no")
-    return tqdm(total=total, desc="bench", unit="step", disable=env_off or not cfg.progress)
 
 
 def _run(cfg):
@@ -170,7 +159,8 @@ def _run(cfg):
         measured_names += [f"peak_{p}_bytes" for p in cfg.passes]
     stopped = {}  # method name -> note once it was slow / out of memory
     # one step per model case and per timing round of a measured length: the rounds are most of the time
-    bar = _progress(cfg, len(model_lengths) * len(methods) + len(lengths) * cfg.rounds)
+    bar = progress_bar(len(model_lengths) * len(methods) + len(lengths) * cfg.rounds, desc="bench",
+                       enabled=cfg.progress)
     for n in model_lengths:
         cases = []
         for method in methods:
