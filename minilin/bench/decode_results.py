@@ -15,6 +15,8 @@ Its first line is a comment, `# command: python -m minilin bench --decode ...`, 
 import math
 import os
 
+from minilin.bench.results import first_of_final_wins
+
 DECODE_METHODS = ("exact-kv-cache", "exact-no-cache", "performer", "linear", "retention", "gla", "deltanet",
                   "gated-deltanet")
 GATED = ("retention", "gla", "deltanet", "gated-deltanet")
@@ -70,12 +72,7 @@ def decode_crossover(df, method="performer", baseline="exact-kv-cache"):
         b = _row(df, baseline, context)
         if b is not None:
             wins[context] = b["status"] != "ok" or b["ms_per_token"] > _row(df, method, context)["ms_per_token"]
-    crossover = None
-    for context in sorted(wins, reverse=True):
-        if not wins[context]:
-            break
-        crossover = context
-    return crossover
+    return first_of_final_wins(wins)
 
 
 def _ms(row):

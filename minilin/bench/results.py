@@ -80,6 +80,16 @@ def growth_exponent(ns, values):
     return float(np.polyfit(np.log(ns), np.log(values), 1)[0])
 
 
+def first_of_final_wins(wins):
+    """Smallest key of {length: won?} from which every larger length is a win too; None if the largest is not."""
+    crossover = None
+    for n in sorted(wins, reverse=True):
+        if not wins[n]:
+            break
+        crossover = n
+    return crossover
+
+
 def crossover_length(df, method, baseline, metric):
     """Smallest measured n from which `method` is below `baseline` at every larger n of both; None if never."""
     n_m, v_m = series(df, method, metric)
@@ -90,9 +100,4 @@ def crossover_length(df, method, baseline, metric):
     failed = set(df[(df["method"] == baseline) & (df["metric"] == metric) & (df["status"] != "ok")]["n"])
     for n in sorted(failed & set(n_m.tolist())):
         wins[n] = True
-    crossover = None
-    for n in sorted(wins, reverse=True):
-        if not wins[n]:
-            break
-        crossover = n
-    return crossover
+    return first_of_final_wins(wins)
