@@ -19,7 +19,7 @@ nn.TransformerEncoder, the reference baseline) and `LinearAttentionTransformerBa
 (linear-attention-transformer 0.19.1's LinearAttentionTransformerLM, the library baseline).
 """
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import torch.nn as nn
@@ -409,7 +409,27 @@ class LinearAttentionTransformerBaseline(nn.Module):
         return logits, (None if targets is None else lm_loss(logits, targets))
 
 
-ARCHS = {"tinylm": TinyLM, "torch-encoder": TransformerEncoderLM,
+def _no_mixing(q, k, v, *, mask=None, causal=False):
+    return v.new_zeros(*q.shape[:-1], v.shape[-1])  # (B, H, N, Dv): no query reads any key
+
+
+class AttentionOffLM(TinyLM):
+    """The baseline that reads no context: TinyLM with exact (sdpa) attention whose every mixing step returns zeros.
+
+    The weights are those of TinyLM(attention="sdpa") for the same seed (the same parameters and the same draws);
+    only `mix` differs. Each position still sees its own byte through the residual stream, so this model can
+    learn at best a bigram: "the model uses its context" has to beat it, not just the unigram entropy.
+    `step` and `generate` work (the key/value cache fills but is never read).
+    """
+
+    def __init__(self, config=None):
+        config = LMConfig() if config is None else config
+        super().__init__(replace(config, attention="sdpa"))
+        for block in self.blocks:
+            block.attn.mix = _no_mixing
+
+
+ARCHS = {"tinylm": TinyLM, "attention-off": AttentionOffLM, "torch-encoder": TransformerEncoderLM,
          "torch-encoder-defaults": lambda config: TransformerEncoderLM(config, pytorch_defaults=True),
          "linear-attention-transformer": LinearAttentionTransformerBaseline}
 

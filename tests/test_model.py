@@ -1,6 +1,7 @@
 """TinyLM: loss and shift, causality of every attention, recurrent generation == full re-run, RoPE, SDPA,
 per-layer (hybrid) attention, the causal-Linformer error, and the reference models."""
 import math
+from dataclasses import replace
 
 import pytest
 import torch
@@ -319,3 +320,36 @@ def test_gpt2_init_is_the_documented_alternative():
     assert abs(model.blocks[1].mlp.proj.weight.std().item() - 0.01) < 0.001      # 0.02 / sqrt(2 * depth)
     with pytest.raises(ValueError, match="init must be one of"):
         TinyLM(LMConfig(init="xavier"))
+
+
+def test_attention_off_has_sdpa_weights_and_reads_no_other_position():
+    """The attention-off baseline: TinyLM(sdpa)'s parameters for a seed, and each output depends on its own byte only."""
+    config = LMConfig(block_size=24, dim=16, heads=2, depth=2)
+    torch.manual_seed(3)
+    off = build_model(config, "attention-off")
+    torch.manual_seed(3)
+    sdpa = build_model(replace(config, attention="sdpa"))
+    assert off.state_dict().keys() == sdpa.state_dict().keys()
+    assert all(torch.equal(a, b) for a, b in zip(off.state_dict().values(), sdpa.state_dict().values()))
+    x = torch.randint(256, (2, 24), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        base = off(x)[0]
+        assert not torch.allclose(base, sdpa(x)[0])               # the mixing step is what differs
+        for t in (0, 11, 23):                                      # change every byte but t: output t is unchanged
+            y = (x + 1) % 256
+            y[:, t] = x[:, t]
+            assert torch.equal(off(y)[0][:, t], base[:, t])
+        y = x.clone(); y[:, 11] = (y[:, 11] + 1) % 256             # ... and changing byte t changes it
+        assert not torch.allclose(off(y)[0][:, 11], base[:, 11])
+    g = lambda: torch.Generator().manual_seed(0)
+    assert torch.equal(off.generate(x[:, :3], 6, recurrent=True, generator=g()),
+                       off.generate(x[:, :3], 6, recurrent=False, generator=g()))
+
+
+def test_attention_off_trains_under_compare():
+    from minilin.train import TrainConfig
+    from minilin.train.compare import compare
+    config = TrainConfig(model=LMConfig(block_size=16, dim=16, heads=2, depth=1), steps=2, batch_size=2,
+                         eval_interval=2, eval_batches=1)
+    rows = compare(["attention-off"], config, data=ByteCorpus(block_size=16))
+    assert rows[0]["status"] == "ok" and rows[0]["arch"] == "attention-off" and math.isfinite(rows[0]["val_bits_per_byte"])
