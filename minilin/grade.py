@@ -4,6 +4,8 @@
     python -m minilin grade --chapter 4            # one chapter
     python -m minilin grade --task 4.3             # one task
     python -m minilin grade --submissions submissions/ --out gradebook.csv --feedback feedback/
+    python -m minilin grade --submissions submissions/ --wide grades.csv --gradescope gradescope/
+    python -m minilin grade --folder alice/ --gradescope-json results.json   # one submission, e.g. on Gradescope
     python -m minilin release ../minilin-students  # a student copy of the course (no solutions)
 
 Your code runs in a separate process (inside bwrap where available) with a time limit per chapter and a memory
@@ -30,7 +32,12 @@ def build_parser():
               "A task fails if its function calls minilin's own implementation (the reference it is graded "
               "against).\n" + allowed_helpers_text() +
               "\nTeacher's gradebook: one row per (student, task), columns student,task,points,max_points,status,"
-              "message;\nstatus is pass, fail, error, timeout, crash or missing. A rubric (TOML) weights tasks:\n"
+              "message;\nstatus is pass, fail, error, timeout, crash or missing. --wide: one row per student, "
+              "columns student,\none per chapter (ex01_attention, ...), total, max. --gradescope: <student>/"
+              "results.json in Gradescope's\nformat, one test per task. Feedback files and Gradescope output say "
+              "only \"a hidden check failed (N of M)\"\nfor a teacher's hidden check; the gradebook keeps the "
+              "full message. Cells that a spreadsheet would run as\na formula start with '. A rubric (TOML) weights "
+              "tasks:\n"
               "  default = 1\n  [points]\n  \"4\" = 2      # every task of chapter 4\n  \"4.3\" = 3    # one task")
     p = Parser(prog="python -m minilin grade", description=__doc__, epilog=epilog,
                formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -49,9 +56,16 @@ def build_parser():
                         "course's own check)")
     p.add_argument("--hidden-tests", metavar="DIR", help="a teacher's extra checks (*.py using "
                    "minilin.grading.checks.hidden_check), added to the course's")
+    p.add_argument("--folder", metavar="DIR", help="grade this one submission (its exNN_*.py files, or its "
+                   "exercises/) instead of the course's exercises/")
+    p.add_argument("--gradescope-json", metavar="FILE", help="also write this grading as Gradescope's "
+                   "results.json (e.g. /autograder/results/results.json); works with --rubric")
     t = p.add_argument_group("grading a class")
     t.add_argument("--submissions", metavar="DIR", help="one folder per student, each with exNN_*.py files")
-    t.add_argument("--out", metavar="CSV", help="the gradebook to write (required with --submissions)")
+    t.add_argument("--out", metavar="CSV", help="the gradebook to write: one row per (student, task)")
+    t.add_argument("--wide", metavar="CSV", help="a gradebook with one row per student (student, one column per "
+                   "chapter, total, max), for an LMS such as Canvas or Moodle")
+    t.add_argument("--gradescope", metavar="DIR", help="write DIR/<student>/results.json in Gradescope's format")
     t.add_argument("--feedback", metavar="DIR", help="write one Markdown file per student here")
     t.add_argument("--rubric", metavar="TOML", help="points per task (default 1 each)")
     t.add_argument("--jobs", type=positive_int, default=None, metavar="J",
@@ -70,15 +84,44 @@ def course_folder(name):
     raise UsageError(f"no {name}/ folder next to minilin or here: run from the course folder")
 
 
+def check_file(option, path):
+    """A file to write: not a folder, in a folder that exists."""
+    path = Path(path)
+    if path.is_dir() or not path.resolve().parent.is_dir():
+        raise UsageError(f"{option} {path}: give a file name in an existing folder")
+
+
+def check_folder(option, path):
+    """A folder to write into: a folder or a new name whose parent exists."""
+    path = Path(path)
+    if path.exists() and not path.is_dir() or not path.resolve().parent.is_dir():
+        raise UsageError(f"{option} {path}: give a folder (its parent must exist)")
+
+
 def check_teacher_args(args):
     """Every path checked before any grading starts."""
     if args.submissions is None:
-        for name in ("out", "feedback", "rubric", "jobs"):
+        for name in ("out", "wide", "gradescope", "feedback", "jobs"):
             if getattr(args, name) is not None:
                 raise UsageError(f"--{name} is for grading a class: add --submissions DIR")
+        if args.rubric is not None and args.gradescope_json is None:
+            raise UsageError("--rubric is for grading a class (--submissions DIR) or for --gradescope-json")
+        if args.folder is not None:
+            if args.impl is not None:
+                raise UsageError("--folder grades that folder; drop --impl")
+            folder = Path(args.folder)
+            if not folder.is_dir():
+                raise UsageError(f"--folder {folder}: no such folder" if not folder.exists() else
+                                 f"--folder {folder}: is a file; give the folder that holds the exNN_*.py files")
+        if args.gradescope_json is not None:
+            check_file("--gradescope-json", args.gradescope_json)
         return
     if args.impl is not None:
         raise UsageError("--impl grades the course's own folders; drop it when grading --submissions")
+    if args.folder is not None:
+        raise UsageError("--folder grades one submission; --submissions grades a class: give one of them")
+    if args.gradescope_json is not None:
+        raise UsageError("--gradescope-json writes one submission's results; for a class use --gradescope DIR")
     root = Path(args.submissions)
     if root.is_file():
         raise UsageError(f"--submissions {root}: is a file, not a folder; give the folder that holds one folder "
@@ -87,26 +130,21 @@ def check_teacher_args(args):
         raise UsageError(f"--submissions {root}: no such folder")
     if not student_folders(root):
         raise UsageError(f"--submissions {root}: no student folders inside (expected DIR/<student>/exNN_*.py)")
-    if args.out is None:
-        raise UsageError("--submissions needs --out gradebook.csv")
-    out = Path(args.out)
-    if out.is_dir() or not out.resolve().parent.is_dir():
-        raise UsageError(f"--out {out}: give a file name in an existing folder")
-    if args.feedback is not None:
-        feedback = Path(args.feedback)
-        if feedback.exists() and not feedback.is_dir() or not feedback.resolve().parent.is_dir():
-            raise UsageError(f"--feedback {feedback}: give a folder (its parent must exist)")
+    if all(getattr(args, name) is None for name in ("out", "wide", "gradescope", "feedback")):
+        raise UsageError("--submissions needs --out gradebook.csv (or --wide CSV, --gradescope DIR, --feedback DIR)")
+    for option, name in (("--out", "out"), ("--wide", "wide")):
+        if getattr(args, name) is not None:
+            check_file(option, getattr(args, name))
+    for option, name in (("--feedback", "feedback"), ("--gradescope", "gradescope")):
+        if getattr(args, name) is not None:
+            check_folder(option, getattr(args, name))
+    written = [Path(p).resolve() for p in (args.out, args.wide) if p is not None]
+    if len(set(written)) < len(written):
+        raise UsageError("--out and --wide name the same file: give two files")
 
 
 def student_folders(root):
     return sorted(p for p in Path(root).iterdir() if p.is_dir() and not p.name.startswith((".", "_")))
-
-
-def submission_files(folder):
-    """A student's exNN_*.py files: in the folder itself, or in its exercises/ (a clone of the course)."""
-    if not list(folder.glob("ex[0-9][0-9]_*.py")) and (folder / "exercises").is_dir():
-        return folder / "exercises"
-    return folder
 
 
 def main(argv=None):
@@ -117,7 +155,9 @@ def main(argv=None):
     from minilin.grading.course import load_hidden, select
     tasks = select(args.chapter, args.task)
     check_teacher_args(args)
-    folder = course_folder(args.impl or "exercises") if args.submissions is None else None
+    folder = None
+    if args.submissions is None:
+        folder = Path(args.folder) if args.folder else course_folder(args.impl or "exercises")
     points = report.load_rubric(args.rubric) if args.rubric else None
     hidden = load_hidden(args.hidden_tests) if args.hidden_tests else {}
     mode, note = sandbox.choose(args.sandbox)
@@ -128,11 +168,11 @@ def main(argv=None):
     print(f"{note}; {args.timeout:g} s per chapter, {args.memory:g} GiB", flush=True)
     with runner.Session(tasks, limits=limits, mode=mode, hidden=hidden, hide=hide) as session:
         if args.submissions is None:
-            return grade_one(session, folder, args, report)
+            return grade_one(session, folder, args, points or report.default_points(), note, report)
         return grade_class(session, args, points or report.default_points(), note, report)
 
 
-def grade_one(session, folder, args, report):
+def grade_one(session, folder, args, points, note, report):
     from minilin.grading.course import CHAPTERS, WITHOUT_EXERCISES
     results = session.grade(folder)
     chapters = sorted({int(t.split(".")[0]) for t in results})
@@ -143,6 +183,11 @@ def grade_one(session, folder, args, report):
     if not args.chapter and not args.task:
         print(f"\nchapters {', '.join(map(str, WITHOUT_EXERCISES))} have no exercises")
     print("\n" + report.score_line(results, folder.name))
+    if args.gradescope_json:
+        report.write_gradescope_json(args.gradescope_json, results, points, note)
+        got, total = report.totals(results, points)
+        print(f"Gradescope results: {args.gradescope_json} ({report.fmt_points(got)}/{report.fmt_points(total)} "
+              "points)")
     return 0 if all(r.status == "pass" for r in results.values()) else 1
 
 
@@ -155,7 +200,7 @@ def grade_class(session, args, points, note, report):
     disable = True if os.environ.get("TQDM_DISABLE") else None  # None: no bar when stderr is not a terminal
     with ThreadPoolExecutor(max_workers=args.jobs or os.cpu_count() or 1) as pool, \
             tqdm(total=len(students), desc="grading", unit="student", disable=disable, file=sys.stderr) as bar:
-        futures = {pool.submit(session.grade, submission_files(s)): s.name for s in students}
+        futures = {pool.submit(session.grade, s): s.name for s in students}
         try:
             for future in as_completed(futures):
                 graded[futures[future]] = student_results(future, futures[future], session, Result)
@@ -165,17 +210,27 @@ def grade_class(session, args, points, note, report):
             pool.shutdown(wait=False, cancel_futures=True)  # students already started finish (their limits hold)
             raise
     graded = {name: graded[name] for name in sorted(graded)}
-    count = report.write_gradebook(args.out, graded, points)
+    written = []
+    if args.out:
+        written.append(f"gradebook: {args.out} ({report.write_gradebook(args.out, graded, points)} rows, "
+                       f"{len(graded)} students)")
+    if args.wide:
+        written.append(f"one row per student: {args.wide} ({report.write_wide(args.wide, graded, points)} rows)")
+    names = report.file_names(graded)
     if args.feedback:
-        Path(args.feedback).mkdir(exist_ok=True)
-        for name, results in graded.items():
-            (Path(args.feedback) / f"{name}.md").write_text(report.feedback_markdown(name, results, points, note),
-                                                             encoding="utf-8")
+        report.write_feedback(args.feedback, graded, points, note)
+        written.append(f"feedback: {args.feedback}/<student>.md")
+    if args.gradescope:
+        report.write_gradescope(args.gradescope, graded, points, note)
+        written.append(f"Gradescope: {args.gradescope}/<student>/results.json")
     width = max(len(n) for n in graded)
     for name, results in graded.items():
         print(report.summary_line(name, results, points, width))
-    print(f"gradebook: {args.out} ({count} rows, {len(graded)} students)"
-          + (f"; feedback: {args.feedback}/<student>.md" if args.feedback else ""))
+    if args.feedback or args.gradescope:
+        for name, safe in names.items():
+            if safe != name:
+                print(f"files of {name!r} are named {safe}")
+    print("; ".join(written))
     return 0
 
 

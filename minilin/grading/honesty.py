@@ -4,7 +4,9 @@ Honesty: an exercise asks for the function minilin already has. A task fails whe
 or through the file's own helpers, a minilin name its chapter does not allow (`Chapter.allowed`) or anything
 from `solutions`. Names are resolved through imports, aliases and attribute chains (`import minilin as m;
 m.attention.softmax_attention`), re-exports are followed to where they are defined, and string-based imports
-(`importlib.import_module("minilin.performer")`, `__import__`) count too.
+(`importlib.import_module("minilin.performer")`, `__import__`) count too. This scan gives the clear message
+before anything runs; names it cannot see (built at run time, exec'd sources, peer libraries) are refused at run
+time inside the sandbox, where each chapter's child can import only what the chapter allows (`child.Guard`).
 
 Stubs: a stub's body is its docstring and `raise NotImplementedError(...)`. The course's pytest run applies its
 "stub must fail" guard only to pristine stubs, and `release` writes task functions back to stubs.

@@ -1,6 +1,14 @@
-"""What the grader prints and writes: the learner's table, the gradebook CSV, feedback Markdown, rubrics."""
+"""What the grader prints and writes: the learner's table, the gradebook CSVs, feedback Markdown, Gradescope's
+results.json, rubrics.
+
+Two audiences: the teacher's gradebook keeps every message in full; what a learner reads (feedback files,
+Gradescope's output) says only that a teacher's hidden check failed (`learner_message`). Every CSV cell that a
+spreadsheet would read as a formula is defused (`safe_cell`), and file names come from `file_names`.
+"""
 import csv
+import json
 import math
+import re
 import tomllib
 from collections import Counter
 from pathlib import Path
@@ -10,12 +18,43 @@ from minilin.grading.course import CHAPTERS, TASKS, allowed_helpers_text, task_k
 
 CSV_COLUMNS = ("student", "task", "points", "max_points", "status", "message")
 NOT_IMPLEMENTED = "not implemented yet"
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")  # what a spreadsheet may run as a formula (OWASP)
+GRADESCOPE_VISIBILITY = ("hidden", "after_due_date", "after_published", "visible")
 
 
-def short(result, width=60):
-    """The table's one-line summary of a result."""
+# --- what a learner may read -----------------------------------------------------------------------
+def learner_message(result):
+    """The message a learner may read: a hidden check's call and inputs stay with the teacher."""
+    if result.hidden:
+        return f"a hidden check failed ({result.hidden})"
+    return result.message
+
+
+def teacher_message(result):
+    """Everything, on one line, for the gradebook: why (if another task), the message, the note."""
+    message = " | ".join(line.strip() for line in result.message.splitlines())
+    if result.hidden:
+        message = f"hidden check {result.hidden}: {message}"
+    return " | ".join(filter(None, (result.cause, message, f"note: {result.note}" if result.note else "")))
+
+
+def cut(line, width):
+    """`line` in at most `width` characters, cut at a word boundary and marked with ... when shortened."""
+    if len(line) <= width:
+        return line
+    room = line[:width - 3]
+    head = room.rsplit(" ", 1)[0] if " " in room[width // 3:] else room  # a long word alone: cut it
+    return head.rstrip(" ,;:.-(") + "..."
+
+
+def short(result, width=60, *, learner=False):
+    """The table's one-line summary of a result (`learner`: what a learner may read)."""
     if result.status == "pass":
         return ""
+    if result.cause:  # the reason is another task: say which, even if the line is longer
+        return cut(result.cause, width + 30)
+    if learner and result.hidden:
+        return learner_message(result)
     lines = result.message.splitlines() or [""]
     if lines[0].startswith(NOT_IMPLEMENTED):
         return NOT_IMPLEMENTED
@@ -26,7 +65,7 @@ def short(result, width=60):
         line = lines[1].strip()
         if line.startswith("compared with ") and ": " in line:
             line = line.split(": ", 1)[1]
-    return line if len(line) <= width else line[:width - 3] + "..."
+    return cut(line, width)
 
 
 def task_table(results):
@@ -39,20 +78,56 @@ def task_table(results):
     return [f"{r[0]:<{widths[0]}}  {r[1]:<{widths[1]}}  {r[2]:<{widths[2]}}  {r[3]}".rstrip() for r in rows]
 
 
+def _missing_lines(results):
+    """One line per missing chapter file (not one per task): 'ex01_attention.py (tasks 1.1-1.5): no ...'."""
+    by_file = {}
+    for task_id in sorted(results, key=task_key):
+        if results[task_id].status == "missing":
+            by_file.setdefault(CHAPTERS[TASKS[task_id].chapter].file, []).append(task_id)
+    lines = []
+    for file, ids in by_file.items():
+        span = ids[0] if len(ids) == 1 else f"{ids[0]}-{ids[-1]}"
+        lines.append(f"{file} (task{'s' if len(ids) > 1 else ''} {span}): {results[ids[0]].message}")
+    return lines
+
+
+def notes(results):
+    """The grader's notes on what it graded instead of the exact file names, each once."""
+    return list(dict.fromkeys(r.note for r in results.values() if r.note))
+
+
+def is_empty(results):
+    """True when none of the submission's exercise files was found (nothing to grade)."""
+    return bool(results) and all(r.status == "missing" for r in results.values())
+
+
+def _grouped(result):
+    """Stubs still raising are listed once, not one section each (unless another task is the reason)."""
+    return result.message.startswith(NOT_IMPLEMENTED) and not result.cause
+
+
 def failure_details(results):
-    """For each failing task, its first failure in a few lines; stubs still raising are listed once."""
-    lines, todo = [], []
+    """For each failing task, its first failure in a few lines; stubs still raising and missing files are
+    listed once."""
+    lines = [""] + [f"note: {n}" for n in notes(results)] if notes(results) else []
+    todo = []
     for task_id in sorted(results, key=task_key):
         result = results[task_id]
-        if result.status == "pass":
+        if result.status in ("pass", "missing"):
             continue
-        if result.message.startswith(NOT_IMPLEMENTED):
+        if _grouped(result):
             todo.append(task_id)
             continue
         lines += ["", f"Task {task_id} · {', '.join(TASKS[task_id].functions)} · {result.status}"]
+        if result.cause:
+            lines.append(f"  {result.cause}")
+        if result.hidden:
+            lines.append(f"  (hidden check {result.hidden})")
         lines += ["  " + line for line in result.message.splitlines()[:12]]
     if todo:
         lines += ["", f"{NOT_IMPLEMENTED} (the stub still raises NotImplementedError): {', '.join(todo)}"]
+    if missing := _missing_lines(results):
+        lines += ["", "missing:", *("  " + line for line in missing)]
     return lines
 
 
@@ -111,58 +186,217 @@ def fmt_points(x):
     return f"{x:g}"
 
 
-def rows(student, results, points):
-    for task_id in sorted(results, key=task_key):
-        result = results[task_id]
-        earned = points[task_id] if result.status == "pass" else 0
-        message = " | ".join(line.strip() for line in result.message.splitlines())
-        yield {"student": student, "task": task_id, "points": fmt_points(earned),
-               "max_points": fmt_points(points[task_id]), "status": result.status, "message": message[:600]}
+def earned(result, max_points):
+    """The points a result earns out of `max_points` (every export sums these)."""
+    return max_points if result.status == "pass" else 0
 
 
-def write_gradebook(path, graded, points):
-    """One row per (student, task): student,task,points,max_points,status,message."""
+# --- safe spreadsheets and file names ---------------------------------------------------------------
+def _is_number(text):
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def safe_cell(value):
+    """A CSV cell a spreadsheet will not run: text starting with = + - @ tab or CR gets a leading ' (OWASP's
+    advice for CSV injection); numbers (e.g. -1.5) are left as they are."""
+    text = str(value)
+    if text.startswith(FORMULA_START) and not _is_number(text):
+        return "'" + text
+    return text
+
+
+def _write_csv(path, columns, rows):
     with open(path, "w", newline="", encoding="utf-8") as handle:
-        writer = csv.DictWriter(handle, fieldnames=CSV_COLUMNS)
-        writer.writeheader()
+        writer = csv.DictWriter(handle, fieldnames=columns)
+        writer.writerow({c: safe_cell(c) for c in columns})
         count = 0
-        for student, results in graded.items():
-            for row in rows(student, results, points):
-                writer.writerow(row)
-                count += 1
+        for row in rows:
+            writer.writerow({key: safe_cell(value) for key, value in row.items()})
+            count += 1
     return count
 
 
+def file_name(student):
+    """A file or folder name from a student's folder name: letters, digits, . _ - only; no leading dot or
+    formula character; never empty."""
+    name = re.sub(r"[^\w.-]+", "_", student).strip("_")
+    name = re.sub(r"_+", "_", name).lstrip(".=+-@_")[:80].rstrip("._") or "student"
+    return name
+
+
+def file_names(students):
+    """{student: file name}, unique: a second student whose name sanitises to the same gets -2, -3..."""
+    out, used = {}, set()
+    for student in sorted(students):
+        base = name = file_name(student)
+        n = 1
+        while name.lower() in used:  # case-insensitive file systems (macOS) too
+            n += 1
+            name = f"{base}-{n}"
+        used.add(name.lower())
+        out[student] = name
+    return out
+
+
+# --- the teacher's gradebooks ----------------------------------------------------------------------
+def rows(student, results, points):
+    for task_id in sorted(results, key=task_key):
+        result = results[task_id]
+        yield {"student": student, "task": task_id, "points": fmt_points(earned(result, points[task_id])),
+               "max_points": fmt_points(points[task_id]), "status": result.status,
+               "message": teacher_message(result)[:600]}
+
+
+def write_gradebook(path, graded, points):
+    """One row per (student, task): student,task,points,max_points,status,message. Returns the row count."""
+    return _write_csv(path, CSV_COLUMNS, (row for student, results in graded.items()
+                                          for row in rows(student, results, points)))
+
+
+def wide_columns(graded):
+    """student, one column per chapter graded (its exercise file's name without .py), total, max."""
+    chapters = sorted({TASKS[t].chapter for results in graded.values() for t in results})
+    return ("student", *(CHAPTERS[c].module for c in chapters), "total", "max"), chapters
+
+
+def write_wide(path, graded, points):
+    """One row per student (an LMS import): student, each chapter's points, total, max. Returns the row count."""
+    columns, chapters = wide_columns(graded)
+
+    def row(student, results):
+        out = {"student": student}
+        for c in chapters:
+            out[CHAPTERS[c].module] = fmt_points(sum(earned(r, points[t]) for t, r in results.items()
+                                                     if TASKS[t].chapter == c))
+        got, total = totals(results, points)
+        return {**out, "total": fmt_points(got), "max": fmt_points(total)}
+    return _write_csv(path, columns, (row(student, results) for student, results in graded.items()))
+
+
 def totals(results, points):
-    earned = sum(points[t] for t, r in results.items() if r.status == "pass")
-    return earned, sum(points[t] for t in results)
+    got = sum(earned(r, points[t]) for t, r in results.items())
+    return got, sum(points[t] for t in results)
 
 
 def summary_line(student, results, points, width):
-    earned, total = totals(results, points)
+    got, total = totals(results, points)
     counts = Counter(r.status for r in results.values())
     parts = ", ".join(f"{n} {s}" for s, n in sorted(counts.items(), key=lambda kv: -kv[1]))
-    return f"{student:<{width}}  {fmt_points(earned):>5}/{fmt_points(total)} points  ({parts})"
+    return f"{student:<{width}}  {fmt_points(got):>5}/{fmt_points(total)} points  ({parts})"
+
+
+# --- what the learner reads ------------------------------------------------------------------------
+def _how_graded(note):
+    return ["", "## How this was graded", "",
+            f"Each task's checks ran your code in a separate process ({note}); its outputs were compared with the "
+            "course's reference implementation. Using the reference itself fails the task; the allowed helpers "
+            "are:", "", "```text", allowed_helpers_text(), "```",
+            "", "Grade yourself before you submit: `python -m minilin grade` in the course folder.", ""]
 
 
 def feedback_markdown(student, results, points, note):
-    earned, total = totals(results, points)
+    """A learner's feedback file: points, a table, one section per failure (hidden checks say only that one
+    failed; missing files and untouched stubs are listed once; an empty submission gets one short section)."""
+    got, total = totals(results, points)
     passed = sum(r.status == "pass" for r in results.values())
     lines = [f"# Feedback: {student}", "",
-             f"**{fmt_points(earned)} / {fmt_points(total)} points** ({passed} of {len(results)} tasks pass).", "",
-             "| task | function | points | status | summary |", "|---|---|---|---|---|"]
+             f"**{fmt_points(got)} / {fmt_points(total)} points** ({passed} of {len(results)} tasks pass)."]
+    if is_empty(results):
+        files = sorted({CHAPTERS[TASKS[t].chapter].file for t in results})
+        hints = list(dict.fromkeys(r.message.split("; ", 1)[1] for r in results.values() if "; " in r.message))
+        lines += ["", "## Nothing to grade", "",
+                  f"None of the exercise files was found in your submission: expected {', '.join(files)}, in the "
+                  "submitted folder itself or in its `exercises/` folder.", *([""] if hints else []),
+                  *(f"- {h}" for h in hints)]
+        return "\n".join(lines + _how_graded(note))
+    if found := notes(results):
+        lines += ["", "## Notes", "", *(f"- {n}" for n in found)]
+    lines += ["", "| task | function | points | status | summary |", "|---|---|---|---|---|"]
     for row in rows(student, results, points):
-        summary = short(results[row["task"]]).replace("|", "\\|")
+        summary = short(results[row["task"]], learner=True).replace("|", "\\|")
         lines.append(f"| {row['task']} | {', '.join(TASKS[row['task']].functions)} | {row['points']}/"
                      f"{row['max_points']} | {row['status']} | {summary} |")
+    todo = []
     for task_id in sorted(results, key=task_key):
         result = results[task_id]
-        if result.status != "pass":
-            lines += ["", f"## Task {task_id} · {TASKS[task_id].title} · {result.status}", "", "```text",
-                      *result.message.splitlines()[:15], "```"]
-    lines += ["", "## How this was graded", "",
-              f"Each task's checks ran your code in a separate process ({note}); its outputs were "
-              "compared with the course's reference implementation. Using the reference itself fails the task; the "
-              "allowed helpers are:", "", "```text", allowed_helpers_text(), "```",
-              "", "Grade yourself before you submit: `python -m minilin grade` in the course folder.", ""]
-    return "\n".join(lines)
+        if result.status in ("pass", "missing"):
+            continue
+        if _grouped(result) and not result.hidden:
+            todo.append(task_id)
+            continue
+        lines += ["", f"## Task {task_id} · {TASKS[task_id].title} · {result.status}", ""]
+        if result.cause:
+            lines += [result.cause[0].upper() + result.cause[1:] + ".", ""]
+        lines += ["```text", *learner_message(result).splitlines()[:15], "```"]
+    if todo:
+        lines += ["", f"## {NOT_IMPLEMENTED[0].upper() + NOT_IMPLEMENTED[1:]}", "",
+                  f"The stub still raises NotImplementedError: tasks {', '.join(todo)}."]
+    if missing := _missing_lines(results):
+        lines += ["", "## Missing files", "", *(f"- {line}" for line in missing)]
+    return "\n".join(lines + _how_graded(note))
+
+
+def _test_output(result):
+    parts = [result.cause, learner_message(result) if result.status != "pass" else "", result.note and
+             f"note: {result.note}"]
+    return "\n".join(p for p in parts if p)
+
+
+def gradescope_results(results, points, *, note="", visibility="visible"):
+    """One submission's Gradescope results.json as a dict: one test per task.
+
+    Fields follow Gradescope's autograder specification: top-level `score`, `output`, `visibility`,
+    `stdout_visibility`, `tests`; each test `name`, `number`, `score`, `max_score`, `status` ("passed" or
+    "failed"), `output`, `visibility`. A test decided by a teacher's hidden check says only that one failed and
+    is shown after the grades are published; the grader's own output (stdout) is for the teacher only.
+    """
+    tests = []
+    for task_id in sorted(results, key=task_key):
+        result = results[task_id]
+        tests.append({"name": f"Task {task_id} · {', '.join(TASKS[task_id].functions)}: {TASKS[task_id].title}",
+                      "number": task_id, "score": earned(result, points[task_id]), "max_score": points[task_id],
+                      "status": "passed" if result.status == "pass" else "failed",
+                      "output": _test_output(result),
+                      "visibility": "after_published" if result.hidden else visibility})
+    got, total = totals(results, points)
+    passed = sum(r.status == "pass" for r in results.values())
+    summary = [f"{fmt_points(got)} / {fmt_points(total)} points ({passed} of {len(results)} tasks pass)."]
+    if is_empty(results):
+        summary.append("Nothing to grade: none of the exercise files was found in the submission.")
+    summary += [f"note: {n}" for n in notes(results)]
+    if note:
+        summary.append(f"The checks ran your code in a separate process ({note}).")
+    return {"score": got, "output": "\n".join(summary), "visibility": visibility, "stdout_visibility": "hidden",
+            "tests": tests}
+
+
+def write_gradescope_json(path, results, points, note=""):
+    Path(path).write_text(json.dumps(gradescope_results(results, points, note=note), indent=1,
+                                     ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def write_gradescope(folder, graded, points, note=""):
+    """folder/<student>/results.json for every student (names from file_names). Returns {student: path}."""
+    folder = Path(folder)
+    folder.mkdir(exist_ok=True)
+    paths = {}
+    for student, name in file_names(graded).items():
+        (folder / name).mkdir(exist_ok=True)
+        paths[student] = folder / name / "results.json"
+        write_gradescope_json(paths[student], graded[student], points, note)
+    return paths
+
+
+def write_feedback(folder, graded, points, note):
+    """folder/<student>.md for every student (names from file_names). Returns {student: path}."""
+    folder = Path(folder)
+    folder.mkdir(exist_ok=True)
+    paths = {}
+    for student, name in file_names(graded).items():
+        paths[student] = folder / f"{name}.md"
+        paths[student].write_text(feedback_markdown(student, graded[student], points, note), encoding="utf-8")
+    return paths

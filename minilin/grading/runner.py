@@ -24,10 +24,10 @@ from pathlib import Path
 
 import torch
 
-from minilin.grading import honesty, sandbox
+from minilin.grading import honesty, sandbox, submission
 from minilin.grading.calls import HEADER, MAX_FRAME, dumps, execute, loads_untrusted
 from minilin.grading.checks import CannotGrade, Failure
-from minilin.grading.course import CHAPTERS
+from minilin.grading.course import CHAPTERS, task_key
 
 STATUSES = ("pass", "fail", "error", "timeout", "crash", "missing")
 MAX_SOURCE = 1 << 20  # bytes per learner file
@@ -38,7 +38,11 @@ GRACE = 15.0  # seconds the child may take beyond a chapter's limit to report it
 class Result:
     task: str
     status: str  # one of STATUSES
-    message: str = ""  # a few lines; the first is the summary
+    message: str = ""  # a few lines; the first is the summary (the teacher's full message)
+    hidden: str = ""  # "2 of 3" when a teacher's hidden check decided it: learners see only that it failed
+    note: str = ""  # what the grader graded instead of the exact file (e.g. a misnamed or nested file)
+    cause: str = ""  # "fails because it calls your scaled_scores (Task 1.1), which fails"
+    lines: tuple = ()  # (file, line) of the learner's files in the traceback, innermost last
 
 
 @dataclasses.dataclass
@@ -168,14 +172,27 @@ def error_result(task_id, error, doing, memory):
     kind, message = error.get("type", "Exception"), error.get("message", "")
     if kind == "NotImplementedError":
         return Result(task_id, "fail", f"not implemented yet: {doing} raised NotImplementedError"
-                                       f"({message!r}){_where(error)}")
+                                       f"({message!r}){_where(error)}", lines=_lines(error))
     if kind == "SyntaxError":
         return Result(task_id, "error", f"SyntaxError while {doing}: {message}{_where(error)}")
     hint = ""
     if kind == "MemoryError" or "can't allocate memory" in message:
         hint = f" (the grader allows {memory / 2**30:g} GiB)"
     first = message.splitlines()[0][:300] if message else ""
-    return Result(task_id, "error", f"{doing} raised {kind}: {first}{hint}{_where(error)}")
+    return Result(task_id, "error", f"{doing} raised {kind}: {first}{hint}{_where(error)}", lines=_lines(error))
+
+
+def _lines(error):
+    """Line numbers of the learner's exercise file in an exception's traceback (innermost last)."""
+    out = []
+    for frame in error.get("where") or []:
+        try:
+            file, line = frame[0], int(frame[1])
+        except (TypeError, ValueError, IndexError):
+            continue
+        if isinstance(file, str):
+            out.append((file, line))
+    return tuple(out)
 
 
 def syntax_message(file, err):
@@ -213,35 +230,54 @@ class Session:
         shutil.rmtree(self.root, ignore_errors=True)
 
     def grade(self, folder):
-        """{task id: Result} for the exNN_*.py files in `folder` (exercises/, solutions/ or one student's)."""
+        """{task id: Result} for the exNN_*.py files in `folder` (exercises/, solutions/ or one student's).
+
+        The files may be in `folder`, its exercises/, or one folder deeper, and slightly misnamed
+        (submission.locate): what was graded instead of the exact name is each Result's note."""
         with self._lock:
             student = self.root / "students" / str(next(self._ids))
         package = student / "exercises"
         package.mkdir(parents=True)
         (student / "scratch").mkdir()
-        for path in sorted(Path(folder).glob("*.py"))[:200]:
+        chapters = [CHAPTERS[n] for n in dict.fromkeys(t.chapter for t in self.tasks)]
+        found = submission.locate(folder, chapters)
+        for path in sorted(found.base.glob("*.py"))[:200]:
             if path.is_file() and not path.is_symlink() and path.stat().st_size <= MAX_SOURCE:
                 shutil.copyfile(path, package / path.name)
+        for name, path in found.files.items():
+            (package / name).unlink(missing_ok=True)
+            if path.is_file() and not path.is_symlink() and path.stat().st_size <= MAX_SOURCE:
+                shutil.copyfile(path, package / name)
         (package / "__init__.py").write_text("")
-        results, plan = {}, []
-        for number in dict.fromkeys(t.chapter for t in self.tasks):
-            chapter, tasks = CHAPTERS[number], [t for t in self.tasks if t.chapter == number]
-            runnable = self._scan(chapter, tasks, package / chapter.file, Path(folder), results)
+        results, plan, sources = {}, [], {}
+        for chapter in chapters:
+            tasks = [t for t in self.tasks if t.chapter == chapter.number]
+            runnable = self._scan(chapter, tasks, package / chapter.file, Path(folder), found, results)
             if runnable:
+                sources[chapter.number] = (package / chapter.file).read_text(encoding="utf-8")
                 plan.append((chapter, collections.deque(runnable)))
         self._run(collections.deque(plan), student, results)
         shutil.rmtree(student, ignore_errors=True)
+        for chapter in chapters:
+            note = "; ".join(filter(None, (found.where, found.notes.get(chapter.file, ""))))
+            for task in (t for t in self.tasks if t.chapter == chapter.number):
+                if note:
+                    results[task.id] = dataclasses.replace(results[task.id], note=note)
+            if chapter.number in sources:
+                add_causes(chapter, sources[chapter.number], results)
         return {t.id: results[t.id] for t in self.tasks}
 
-    def _scan(self, chapter, tasks, path, folder, results):
+    def _scan(self, chapter, tasks, path, folder, found, results):
         """Missing file, syntax error, forbidden helpers: decided here, without running anything."""
         def every(status, message):
             results.update({t.id: Result(t.id, status, message) for t in tasks})
         if not path.is_file():
-            if (folder / chapter.file).is_file():
-                every("error", f"{chapter.file} is a link or larger than {MAX_SOURCE >> 10} KiB: not graded")
+            if chapter.file in found.files:
+                every("error", f"{found.files[chapter.file].name} is a link or larger than {MAX_SOURCE >> 10} KiB: "
+                               "not graded")
             else:
-                every("missing", f"no {chapter.file} in {folder.name}/")
+                hint = found.hints.get(chapter.file)
+                every("missing", f"no {chapter.file} in {folder.name}/" + (f"; {hint}" if hint else ""))
             return []
         try:
             source = path.read_text(encoding="utf-8")
@@ -301,22 +337,34 @@ class Session:
             return None
 
     def _chapter(self, child, chapter, tasks, results, now):
-        """One worker process: import the file, run each remaining task's steps, then let it go."""
+        """Worker processes: import the file, run each remaining task's steps, then let it go. A worker may import
+        what the chapter allows and what its tasks' inputs are made of (sandbox.allowance): tasks whose inputs need
+        other modules (chapter 5's transplants) get a worker of their own, after the tasks before them."""
         module = f"exercises.{chapter.module}"
         deadline = time.monotonic() + self.limits.timeout
-        child.send(f"import {module} {self.limits.timeout}")
-        reply = child.recv(b"I", deadline + GRACE)
-        now["importing"] = False
-        if not reply.get("ok"):
-            for task in tasks:
-                results[task.id] = error_result(task.id, reply.get("error") or {}, now["doing"], self.limits.memory)
-            tasks.clear()
         while tasks:
-            results[tasks[0].id] = self._task(child, module, tasks[0], deadline + GRACE, now)
-            tasks.popleft()
-        now["doing"] = f"finishing {chapter.file}"
-        child.send("done")
-        child.recv(b"X", deadline + GRACE)  # the worker is gone; how does not matter any more
+            needs = self._needs(tasks[0])
+            now.update(doing=f"importing {chapter.file}", importing=True)
+            child.send(f"import {module} {max(deadline - time.monotonic(), 0.1):.3f}")
+            child.send(sandbox.allowance(chapter.number, tuple(chapter.allowed), needs))
+            reply = child.recv(b"I", deadline + GRACE)
+            now["importing"] = False
+            if not reply.get("ok"):
+                for task in tasks:
+                    results[task.id] = error_result(task.id, reply.get("error") or {}, now["doing"],
+                                                    self.limits.memory)
+                tasks.clear()
+            while tasks and self._needs(tasks[0]) == needs:
+                results[tasks[0].id] = self._task(child, module, tasks[0], deadline + GRACE, now)
+                tasks.popleft()
+            now["doing"] = f"finishing {chapter.file}"
+            child.send("done")
+            child.recv(b"X", deadline + GRACE)  # the worker is gone; how does not matter any more
+
+    def _needs(self, task):
+        """The guarded modules (minilin's, peers') that unpickling this task's inputs imports in the child."""
+        return frozenset().union(*(sandbox.pickled_modules(str(self.inputs / f"{task.id}-{i}.pt"))
+                                   for i in range(len(self.steps[task.id]))))
 
     def _gone(self, queue, gone, now, results):
         """The worker hung, died or sent garbage: fail what it was doing; the rest goes to a fresh worker."""
@@ -327,25 +375,83 @@ class Session:
         else:
             message = f"the process running your code {gone.message}\n  while {now['doing']}"
         for task in list(tasks) if now["importing"] else list(tasks)[:1]:
-            results[task.id] = Result(task.id, gone.status, message)
+            hidden = "" if now["importing"] else now.get("hidden", "")
+            results[task.id] = Result(task.id, gone.status, message, hidden=hidden)
             tasks.remove(task)
         if not tasks:
             queue.popleft()
 
     def _task(self, child, module, task, deadline, now):
-        for i, step in enumerate(self.steps[task.id]):
-            now["doing"] = f"running {step.calls[0].describe()}"
+        result = self._steps(child, module, task, deadline, now)
+        now["hidden"] = ""  # set while a hidden check runs: a worker lost then fails with the hidden label
+        return result
+
+    def _steps(self, child, module, task, deadline, now):
+        steps, public = self.steps[task.id], len(task.public_steps)
+        for i, step in enumerate(steps):
+            hidden = f"{i - public + 1} of {len(steps) - public}" if i >= public else ""  # a teacher's check
+            now["doing"], now["hidden"] = f"running {step.calls[0].describe()}", hidden
             child.send(f"run {module} {task.id}-{i}.pt")
             values = []
             for call in step.calls:
                 now["doing"] = f"running {call.describe()}"
                 reply = child.recv(b"C", deadline)
                 if not reply.get("ok"):
-                    return error_result(task.id, reply.get("error") or {}, call.describe(), self.limits.memory)
+                    result = error_result(task.id, reply.get("error") or {}, call.describe(), self.limits.memory)
+                    return dataclasses.replace(result, hidden=hidden)
                 values.append(reply.get("value"))
             if verdict := judge(step, values):
-                return Result(task.id, "fail", verdict)
+                return Result(task.id, "fail", verdict, hidden=hidden)
         return Result(task.id, "pass")
+
+
+def _calls(source):
+    """{top-level function: (first line, last line, names it uses)} of a learner's file."""
+    out = {}
+    for node in ast.parse(source).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            names = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)} - {node.name}
+            out[node.name] = (node.lineno, node.end_lineno, names)
+    return out
+
+
+def add_causes(chapter, source, results):
+    """A failing task whose function calls another failing task's function says so (in Result.cause).
+
+    Certain when the exception's traceback passes through the other function ("fails because"); otherwise
+    found statically, through the file's own helpers ("probably fails because")."""
+    try:
+        defs = _calls(source)
+    except (SyntaxError, ValueError, RecursionError):
+        return
+    owner = {f: t for t in chapter.tasks.values() for f in t.functions}
+    for task in chapter.tasks.values():
+        result = results.get(task.id)
+        if result is None or result.status in ("pass", "missing"):
+            continue
+        reached, seen, todo = [], set(), list(task.functions)
+        while todo:  # through the file's helpers, stopping at other tasks' functions
+            name = todo.pop(0)
+            for used in sorted(defs.get(name, (0, 0, set()))[2]):
+                if used in seen or used not in defs:
+                    continue
+                seen.add(used)
+                if used in owner and owner[used].id != task.id:
+                    reached.append(used)
+                elif used not in owner:
+                    todo.append(used)
+        failing = [f for f in reached if results.get(owner[f].id) and results[owner[f].id].status != "pass"
+                   and results[owner[f].id].message != result.message]  # not one failure of the whole file
+        if not failing:
+            continue
+        inside = [f for f in failing if any(file == chapter.file and defs[f][0] <= line <= defs[f][1]
+                                            for file, line in result.lines)]
+        name = (inside or sorted(failing, key=lambda f: task_key(owner[f].id)))[0]
+        other = results[owner[name].id]
+        how = "is not implemented yet" if other.message.startswith("not implemented yet") else "fails"
+        cause = f"{'fails' if inside else 'probably fails'} because it calls your {name} " \
+                f"(Task {owner[name].id}), which {how}"
+        results[task.id] = dataclasses.replace(result, cause=cause)
 
 
 def judge(step, values):
