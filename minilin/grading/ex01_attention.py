@@ -20,7 +20,7 @@ def scaled_scores(f):
 def stable_softmax(f):
     """a softmax that cannot overflow and maps an all -inf row to zeros"""
     x = rand(3, 6, seed=3) * 1000.0  # exp(1000) overflows: only a stable version survives
-    yield close(f(x), torch.softmax(x, dim=-1), what="torch.softmax(x, dim=-1), x up to ±3000")
+    yield close(f(x), torch.softmax(x, dim=-1), what="torch.softmax(x, dim=-1), x up to ±2224")
     yield close(f(x, dim=0), torch.softmax(x, dim=0), what="torch.softmax(x, dim=0)")
     x = x.clone()  # the calls above keep their own x
     x[1] = float("-inf")
