@@ -8,7 +8,7 @@ from minilin.cli import Parser, UsageError, interrupted_line, reset_progress
 
 COMMANDS = {
     "grade": ("minilin.grade", "main", "grade your exercises (or a class's submissions) and print a per-task table"),
-    "release": ("minilin.grade", "release_main", "write a student copy of the course (no solutions)"),
+    "release": ("minilin.grading.release", "main", "write a student copy of the course (no solutions)"),
     "bench": ("minilin.bench", "main", "time / memory / FLOP curves for every attention variant (CSV + PNG)"),
     "train": ("minilin.train", "main", "train a tiny byte-level language model with a chosen attention"),
     "sample": ("minilin.sample", "main", "generate text from a checkpoint written by `train`"),

@@ -241,13 +241,3 @@ def student_results(future, name, session, Result):
         print(f"warning: grading {name} failed: {type(err).__name__}: {err}", file=sys.stderr)
         return {t.id: Result(t.id, "crash", f"the grader failed on this submission: {type(err).__name__}: {err}")
                 for t in session.tasks}
-
-
-def build_release_parser():
-    from minilin.grading.release import build_parser as build
-    return build()
-
-
-def release_main(argv=None):
-    from minilin.grading.release import main as release
-    return release(argv)

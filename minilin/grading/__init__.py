@@ -11,6 +11,7 @@ calls the function and sends the outputs back; the grader compares them and scor
     honesty     static scans of a learner's file: forbidden minilin helpers, pristine stubs
     sandbox     the child's command line (bwrap or plain) and limits
     runner      runs one submission through child processes; also the in-process runner for pytest
+    pipe        the grader's end of a child process: its framed pipe, and how it ended (ChildGone)
     submission  finds a submission's files when they are misnamed or one folder too deep
     report      the learner's table, the gradebooks (long, wide), feedback, Gradescope's results.json
     release     the student copy of the course (no solutions, a GitHub Classroom workflow), the Gradescope bundle
