@@ -96,13 +96,16 @@ def wait_until(ready, timeout, what, proc=None, log=None):
 
 @pytest.fixture(scope="module")
 def course(tmp_path_factory):
-    """A copy of what the test opens: notebooks/00, 01 and exercises/ (plus the JupyterLab settings it uses)."""
+    """A copy of what the test opens: notebooks/00, 01 and exercises/ (plus the JupyterLab settings it uses), with
+    links to the course's tests/, minilin/ and results/ (notebook 00 checks that they are there)."""
     base = tmp_path_factory.mktemp("browser")
     root = base / "course"
     (root / "notebooks").mkdir(parents=True)
     for name in NOTEBOOKS:
         shutil.copy(ROOT / "notebooks" / name, root / "notebooks" / name)
     shutil.copytree(ROOT / "exercises", root / "exercises", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("tests", "minilin", "results"):   # read only: notebook 00 checks the course folder has them
+        (root / name).symlink_to(ROOT / name, target_is_directory=True)
     for rel, settings in LAB_SETTINGS.items():
         path = base / "lab-settings" / rel
         path.parent.mkdir(parents=True)

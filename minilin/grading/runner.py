@@ -171,7 +171,7 @@ class Session:
             return []
         try:
             source = path.read_text(encoding="utf-8")
-            ast.parse(source, filename=chapter.file)
+            honesty.parse(source, filename=chapter.file)
             problems = honesty.scan(source, [f for t in tasks for f in t.functions], chapter.allowed)
         except SyntaxError as err:
             every("error", syntax_message(chapter.file, err))
@@ -298,7 +298,7 @@ class Session:
 def _calls(source):
     """{top-level function: (first line, last line, names it uses)} of a learner's file."""
     out = {}
-    for node in ast.parse(source).body:
+    for node in honesty.parse(source).body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             names = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)} - {node.name}
             out[node.name] = (node.lineno, node.end_lineno, names)

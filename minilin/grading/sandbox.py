@@ -32,6 +32,8 @@ import zipfile
 import zlib
 from pathlib import Path
 
+from minilin.grading import honesty
+
 MODES = ("auto", "bwrap", "none")
 TMP_BYTES = 512 << 20  # the sandbox's /tmp (scratch) tmpfs
 CREDENTIALS = (".ssh", ".gnupg", ".aws", ".azure", ".kube", ".docker", ".config", ".netrc", ".pypirc",
@@ -183,7 +185,7 @@ def _minilin_sources(module):
 
 def _imports(file, module, is_package):
     """Absolute names of guarded modules that `file` imports, at any depth in the file."""
-    tree = ast.parse(Path(file).read_text(encoding="utf-8"))
+    tree = honesty.parse(Path(file).read_text(encoding="utf-8"), str(file))
     package = module if is_package else module.rpartition(".")[0]
     names = set()
     for node in ast.walk(tree):
