@@ -1,4 +1,4 @@
-"""Command line: python -m minilin {grade,release,bench,train,sample} [options]. Each command has --help."""
+"""Command line: python -m minilin {grade,release,bench,train,sample,site} [options]. Each command has --help."""
 import importlib
 import signal
 import sys
@@ -12,6 +12,7 @@ COMMANDS = {
     "bench": ("minilin.bench", "main", "time / memory / FLOP curves for every attention variant (CSV + PNG)"),
     "train": ("minilin.train", "main", "train a tiny byte-level language model with a chosen attention"),
     "sample": ("minilin.sample", "main", "generate text from a checkpoint written by `train`"),
+    "site": ("minilin.site", "main", "build the course as a static website from the committed notebooks"),
 }
 # What is on disk when a command is stopped before it reports anything more precise (Ctrl-C: exit code 130).
 KEPT = {
@@ -20,6 +21,7 @@ KEPT = {
     "bench": "no CSV or PNG was written (bench writes them when the sweep ends)",
     "train": "no checkpoint was written",
     "sample": "nothing was written",
+    "site": "the site folder may be incomplete: run site again",
 }
 
 

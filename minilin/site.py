@@ -1,0 +1,173 @@
+"""`python -m minilin site`: the course as a static HTML site, built from the committed, executed notebooks.
+
+Nothing is executed: every page shows the code, the outputs and the figures the notebooks were committed with.
+The README is the landing page, followed by the table of contents in course order (00, 01, ...). Sphinx with
+myst-nb reads the notebooks (`pip install -e ".[site]"`); math is typeset by a local copy of MathJax 2.7 (from
+`jupyter-server-mathjax`), so the site needs no network, and no page loads a script or stylesheet from the web.
+Interactive widgets (the explorer's sliders) need a running kernel: a page shows their last drawn figure or
+their text form instead.
+"""
+import importlib.util
+import json
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+from minilin.cli import Parser, UsageError
+
+ROOT = Path(__file__).resolve().parent.parent  # the course folder (README.md, notebooks/)
+NEEDS = {"sphinx": "sphinx", "myst_nb": "myst-nb", "furo": "furo", "jupyter_server_mathjax": "jupyter-server-mathjax"}
+MATHJAX_CONFIG = "TeX-AMS-MML_HTMLorMML-full"
+
+CONF = '''\
+# Written by `python -m minilin site` (minilin/site.py); the build folder is temporary.
+project = "minilin"
+html_title = "minilin: efficient attention from scratch"
+extensions = ["myst_nb"]
+nb_execution_mode = "off"            # the committed outputs, never re-executed
+nb_ipywidgets_js = {{}}              # no widget manager from a CDN: a widget shows its last image instead
+myst_enable_extensions = ["dollarmath", "amsmath"]
+myst_heading_anchors = 3
+myst_update_mathjax = False       # myst would add a MathJax 3 configuration; this MathJax is 2.7
+html_theme = "furo"
+html_static_path = ["_static"]
+mathjax_path = "mathjax/MathJax.js?config={mathjax_config}"
+# jupyter-server-mathjax ships MathJax 2.7 with the STIX-Web fonts only (as the classic notebook used it)
+mathjax2_config = {{
+    "tex2jax": {{"inlineMath": [["\\\\(", "\\\\)"]], "displayMath": [["\\\\[", "\\\\]"]], "processEscapes": True}},
+    "HTML-CSS": {{"availableFonts": ["STIX-Web"], "preferredFont": "STIX-Web", "webFont": "STIX-Web", "imageFont": None}},
+    "SVG": {{"font": "STIX-Web"}},
+}}
+exclude_patterns = ["_build"]
+suppress_warnings = ["myst.header", "mystnb.unknown_mime_type", "misc.highlighting_failure"]
+html_show_sourcelink = False
+'''
+
+
+def build_parser():
+    parser = Parser(
+        prog="python -m minilin site",
+        description="Build the course as a static HTML site from the committed, executed notebooks (nothing is "
+                    "re-executed). Open OUT/index.html in a browser, or serve the folder with "
+                    "`python -m http.server --directory OUT`. Needs the site extra: pip install -e \".[site]\".")
+    parser.add_argument("out", nargs="?", default="results/site",
+                        help="folder to write the site into (default: results/site); it is replaced")
+    parser.add_argument("--notebooks", default=None,
+                        help="folder of the notebooks to show (default: the course's notebooks/)")
+    parser.add_argument("--quiet", action="store_true", help="print only warnings and the last line")
+    return parser
+
+
+def missing_packages():
+    return [pip for module, pip in NEEDS.items() if importlib.util.find_spec(module) is None]
+
+
+def notebooks_in(folder):
+    """The course's notebooks in course order (NN_topic.ipynb, sorted by NN)."""
+    found = sorted(p for p in Path(folder).glob("[0-9][0-9]_*.ipynb"))
+    if not found:
+        raise UsageError(f"--notebooks {folder}: no NN_topic.ipynb notebooks there")
+    return found
+
+
+def landing_page(readme, pages):
+    """The README as the first page, then a table of contents of every notebook, in course order."""
+    text = readme.read_text(encoding="utf-8")
+    entries = "\n".join(f"notebooks/{p.stem}" for p in pages)
+    return (text.rstrip() + "\n\n## The notebooks\n\n```{toctree}\n:maxdepth: 1\n:caption: Notebooks\n\n"
+            f"{entries}\n```\n")
+
+
+WIDGET = "application/vnd.jupyter.widget-view+json"
+WIDGET_NOTE = "[interactive widget: it needs a running kernel (open the notebook in JupyterLab); its last figure:]"
+
+
+def _widget_images(state, model_id, seen=()):
+    """The PNG images (base64) a stored widget shows, its children's included, in display order."""
+    model = state.get(model_id)
+    if model is None or model_id in seen:
+        return []
+    if model.get("model_name") == "ImageModel":
+        return [b["data"] for b in model.get("buffers", []) if b.get("path") == ["value"]][:1]
+    children = model.get("state", {}).get("children", [])
+    return [png for child in children for png in _widget_images(state, child.removeprefix("IPY_MODEL_"),
+                                                                  (*seen, model_id))]
+
+
+def static_widgets(nb):
+    """Each widget output becomes what it last showed (its image, if any) and a note; the widget state goes."""
+    state = nb.get("metadata", {}).pop("widgets", {}).get("application/vnd.jupyter.widget-state+json", {})
+    state = state.get("state", {})
+    for cell in nb["cells"]:
+        outputs = []
+        for output in cell.get("outputs", []):
+            view = output.get("data", {}).get(WIDGET)
+            if view is None:
+                outputs.append(output)
+                continue
+            outputs.append({"output_type": "stream", "name": "stdout", "text": WIDGET_NOTE + "\n"})
+            outputs += [{"output_type": "display_data", "metadata": {}, "data": {"image/png": png, "text/plain": ""}}
+                        for png in _widget_images(state, view.get("model_id", ""))]
+        if "outputs" in cell:
+            cell["outputs"] = outputs
+    return nb
+
+
+def prepare(source, notebooks):
+    """Lay out a Sphinx source folder: index.md (the README), notebooks/*.ipynb, conf.py, MathJax."""
+    import jupyter_server_mathjax
+    pages = notebooks_in(notebooks)
+    (source / "notebooks").mkdir(parents=True)
+    for page in pages:
+        nb = static_widgets(json.loads(page.read_text(encoding="utf-8")))
+        (source / "notebooks" / page.name).write_text(json.dumps(nb, ensure_ascii=False), encoding="utf-8")
+    for extra in ("LICENSE",):
+        if (ROOT / extra).is_file():
+            shutil.copy2(ROOT / extra, source / extra)
+    (source / "index.md").write_text(landing_page(ROOT / "README.md", pages), encoding="utf-8")
+    (source / "conf.py").write_text(CONF.format(mathjax_config=MATHJAX_CONFIG), encoding="utf-8")
+    mathjax = Path(jupyter_server_mathjax.__file__).parent / "static"
+    shutil.copytree(mathjax, source / "_static" / "mathjax", ignore=shutil.ignore_patterns("localization"))
+    return pages
+
+
+def build(out, *, notebooks=None, quiet=False):
+    """Write the site into `out` (replaced). Returns the list of notebook pages built (relative paths)."""
+    from sphinx.cmd.build import build_main
+    out = Path(out)
+    with tempfile.TemporaryDirectory(prefix="minilin-site-") as tmp:
+        source = Path(tmp) / "source"
+        pages = prepare(source, Path(notebooks) if notebooks else ROOT / "notebooks")
+        staging = Path(tmp) / "html"
+        args = ["-b", "html", *(["-q"] if quiet else []), str(source), str(staging),
+                "-d", str(Path(tmp) / "doctrees")]
+        if build_main(args) != 0:
+            raise RuntimeError("sphinx-build failed (its messages are above)")
+        if out.exists():
+            shutil.rmtree(out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copytree(staging, out)
+    return [f"notebooks/{p.stem}.html" for p in pages]
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    if missing := missing_packages():
+        raise UsageError(f"the site needs {', '.join(missing)}: pip install -e \".[site]\"")
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"{out} is a file, not a folder: give a folder for the site")
+    if out.resolve() in (ROOT.resolve(), (ROOT / "notebooks").resolve()) or out.resolve() in ROOT.resolve().parents:
+        raise UsageError(f"{out}: the site folder is replaced; give a folder of its own, e.g. results/site")
+    if out.is_dir() and any(out.iterdir()) and not (out / "index.html").is_file():
+        raise UsageError(f"{out} holds files that are not a site (no index.html): give an empty or new folder")
+    if args.notebooks and not Path(args.notebooks).is_dir():
+        raise UsageError(f"--notebooks {args.notebooks}: not a folder")
+    pages = build(out, notebooks=args.notebooks, quiet=args.quiet)
+    print(f"wrote {out}/: index.html and {len(pages)} notebook pages; open {out / 'index.html'} in a browser")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
