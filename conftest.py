@@ -28,9 +28,10 @@ def pytest_addoption(parser):
     parser.addoption(
         "--impl", choices=IMPLS, default=None,
         help="which implementation the exercise tests import: 'solutions' (must pass) or 'exercises' "
-             "(your work). Default: both, where solutions must pass and every exercise stub must fail "
-             "with NotImplementedError (so a test that passes on a stub is caught); a task you have started "
-             "is skipped there and graded by `python -m minilin grade`.")
+             "(the stubs, rebuilt pristine from exercises/ in a temporary folder, as `python -m minilin release` "
+             "writes them). Default: both, where solutions must pass and every stub must fail with "
+             "NotImplementedError (so a test that passes on a stub is caught). Your own work in exercises/ is "
+             "graded by `python -m minilin grade`.")
 
 
 def pytest_configure(config):
@@ -77,16 +78,42 @@ def edited_tasks(node):
     return edited
 
 
+@pytest.fixture(scope="session")
+def pristine_stubs(tmp_path_factory):
+    """A folder of the exercise files as released: every task function written back to its stub (the same
+    function `python -m minilin release` uses), built from exercises/ in a temporary folder. The stub side of
+    the exercise tests imports these, never exercises/ itself: a learner's solved tasks keep `pytest tests`
+    green, and a stub is still checked to fail."""
+    from minilin.grading.release import write_stubs
+    folder = tmp_path_factory.mktemp("pristine") / "exercises"
+    write_stubs(ROOT / "exercises", folder)
+    return folder
+
+
+def load_stub(folder, name):
+    """The module `name` of a folder of stubs, imported under its own name (not the course's exercises.*)."""
+    import importlib.util
+    import sys
+    key = f"minilin_pristine_stubs.{name}"
+    if key not in sys.modules:
+        spec = importlib.util.spec_from_file_location(key, Path(folder) / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        sys.modules[key] = module
+    return sys.modules[key]
+
+
 @pytest.fixture
 def impl(request):
-    """Returns a loader: impl("ex01_attention") -> the module from solutions/ or exercises/."""
+    """Returns a loader: impl("ex01_attention") -> the module from solutions/, or the pristine stub built from
+    exercises/ (the `pristine_stubs` fixture) for the "exercises" side."""
     package = request.param
-    if package == "exercises" and request.config.getoption("--impl") is None:
-        # The "stub must fail" guard holds for pristine stubs only: a learner's started task would XPASS.
-        if edited := edited_tasks(request.node):
-            message = (f"task {', '.join(edited)}: exercises/ holds your work, not the stub; grade it with "
-                       f"`python -m minilin grade --task {edited[0]}`")
-            if os.environ.get("MINILIN_REQUIRE_STUBS"):  # the course's CI: exercises/ must be the stubs
-                pytest.fail(message)
-            pytest.skip(message)
-    return lambda name: importlib.import_module(f"{package}.{name}")
+    if package == "solutions":
+        return lambda name: importlib.import_module(f"{package}.{name}")
+    # The course's CI (MINILIN_REQUIRE_STUBS) also holds exercises/ itself to be the stubs; a learner's solved
+    # tasks are no concern of these tests: `python -m minilin grade` grades them.
+    if os.environ.get("MINILIN_REQUIRE_STUBS") and (edited := edited_tasks(request.node)):
+        pytest.fail(f"task {', '.join(edited)}: exercises/ holds work, not the stub (MINILIN_REQUIRE_STUBS is "
+                    f"set: the course's exercises/ must be the stubs)")
+    folder = request.getfixturevalue("pristine_stubs")
+    return lambda name: load_stub(folder, name)

@@ -1,9 +1,12 @@
-"""Exercises for notebook 05: efficient attention, moving weights between libraries, checking a claim.
+"""Exercises for notebook 05: efficient attention, moving weights between libraries, checking a claim, and two
+new cases of linear attention (Tasks 5.6 and 5.7: use the idea on a new case).
 
 Implement each function, then grade yourself:  python -m minilin grade --chapter 5
 Shapes follow the course convention: q (B, H, N, D), k (B, H, M, D), v (B, H, M, Dv);
 mask (B, M) bool with True = real token (a key padding mask).
-Do not call minilin.efficient or minilin.peers here (you may read them once you are done).
+Do not call minilin.efficient, minilin.linear or minilin.peers here (you may read them once you are done).
+
+Each task has three hints, from a nudge to the formula. Read one, try, and read the next only if you are stuck.
 """
 import torch
 
@@ -11,21 +14,22 @@ import torch
 def efficient_attention(q, k, v, mask=None):
     """Task 5.1: Shen et al.'s efficient attention ρ_q(q) (ρ_k(k)ᵀ v), non-causal (arXiv 1812.01243, eq. 3).
 
+    Revisits notebook 05, section 3 ("Efficient attention"), adding the padding mask.
     q: (B, H, N, D), k: (B, H, M, D), v: (B, H, M, Dv), mask: (B, M) bool or None  ->  (B, H, N, Dv)
     ρ_q: softmax of each query over its D features (dim -1).
     ρ_k: softmax of each key feature over the M positions (dim -2); padded keys must get weight 0, and a
          sequence with no real key at all must give zeros (not NaN). Large keys must not overflow.
-    Never build an (N, M) matrix.
+    The checks use several shapes (N != M, two head dimensions), a padded case, keys times 50, and record
+    every matrix product you form: an (N, M) one fails.
 
-    Hints, one tier at a time (notebook 05, section 3):
-      1. The two softmaxes run over different axes. How does a softmax give a padded key a weight of exactly 0?
-         And what does it return for a column in which every entry is -inf (see Task 1.2's stable_softmax)?
-      2. Plan: turn mask (B, M) into (B, 1, M, 1) and hide the padded keys; ρ_k over dim -2 is (B, H, M, D),
-         made safe for all-padded columns; the "context" ρ_k(k)ᵀ v is (B, H, D, Dv), one per head; ρ_q over
-         dim -1 is (B, H, N, D); ρ_q times the context gives (B, H, N, Dv). Multiply in that order.
-      3. Formula: padded keys become -inf. For each feature, subtract the largest key over the positions (use
-         0 where that largest value is not finite), exponentiate, and divide by the column's sum (use 1 where
-         the sum is 0): that is ρ_k. The output is the softmax of q over its features, times (ρ_kᵀ v).
+    Hint 1 (nudge): the two softmaxes run over different axes. How does a softmax give a padded key a weight of
+        exactly 0, and what does a softmax return for a column in which every entry is -inf?
+    Hint 2 (plan): turn mask (B, M) into (B, 1, M, 1) and hide the padded keys; ρ_k over dim -2 is (B, H, M, D),
+        made safe for all-padded columns; the "context" ρ_kᵀ v is (B, H, D, Dv), one per head; ρ_q over dim -1
+        is (B, H, N, D); ρ_q times the context gives (B, H, N, Dv). Multiply in that order.
+    Hint 3 (formula): padded keys become -inf. For each feature d, m_d = max over positions of k[m, d] (0 where
+        it is not finite), e[m, d] = exp(k[m, d] − m_d), s_d = Σ_m e[m, d] (1 where it is 0), ρ_k = e / s.
+        out[n] = Σ_d ρ_q[n, d] · C[d], with C[d] = Σ_m ρ_k[m, d] v[m].
     """
     raise NotImplementedError("Task 5.1")
 
@@ -33,26 +37,27 @@ def efficient_attention(q, k, v, mask=None):
 def causal_efficient_attention(q, k, v, bucket_size=1):
     """Task 5.2: the causal variant of linear-attention-transformer 0.19.1, with prefix sums.
 
+    Revisits notebook 05, section 3, "The causal variant", with section 2's prefix sums ("Causal").
     q, k, v: (B, H, N, D), (B, H, N, D), (B, H, N, Dv)  ->  (B, H, N, Dv);  no mask; N == M.
     Features φ_q = softmax(q) over features, φ_k = exp(k). Query i sees the keys j in `visible(i)` and
     out_i = Σ_j (φ_q(q_i)·φ_k(k_j)) v_j / Σ_j φ_q(q_i)·φ_k(k_j)
     bucket_size 1: visible(i) = {j <= i}. bucket_size B > 1: positions form buckets of B and query i sees only
     keys in buckets strictly before its own: j < (i // B) * B (a query in the first bucket sees nothing: 0).
-    Use prefix sums (torch.cumsum), not an (N, N) matrix. Inputs are O(1) here, so exp(k) needs no stabiliser
-    (minilin's version has one).
+    Use prefix sums (torch.cumsum), not an (N, N) matrix: the checks record every matrix product you form, and
+    an (N, N) one fails. They also use two head dimensions and lengths, and probe that no output sees the future.
+    Inputs are O(1) here, so exp(k) needs no stabiliser (minilin's version has one).
 
-    Hints, one tier at a time (notebook 05, section 3, "The causal variant", and section 2, "Causal"):
-      1. Both sums run over a *prefix* of the keys, in both modes. Which prefix does query i use when
-         bucket_size is 1, and which when it is B > 1? (Careful: bucket_size 1 is not the B > 1 rule with
-         B = 1, which would hide each query's own key.)
-      2. Plan: φ_q and φ_k are (B, H, N, D). Prefix sums over positions of φ_k(k_j) v_jᵀ give (B, H, N, D, Dv)
-         and of φ_k(k_j) give (B, H, N, D). For each query, the index of its last visible key (-1: none) is a
-         length-N index tensor; pick those prefix rows, contract them with φ_q over D to get a numerator
-         (B, H, N, Dv) and a denominator (B, H, N), divide, and set the queries that see nothing to 0.
-      3. In formulas: S_j = Σ_{l ≤ j} φ_k(k_l) v_lᵀ and z_j = Σ_{l ≤ j} φ_k(k_l) (running sums over positions);
-         query i's last visible key is ℓ(i) = i when bucket_size is 1, and ℓ(i) = ⌊i/B⌋·B − 1 otherwise;
-         out_i = φ_q(q_i)ᵀ S_ℓ(i) / φ_q(q_i)ᵀ z_ℓ(i) where ℓ(i) ≥ 0, and 0 where ℓ(i) = −1 (read a clamped
-         index, then zero those rows).
+    Hint 1 (nudge): both sums run over a *prefix* of the keys, in both modes. Which prefix does query i use when
+        bucket_size is 1, and which when it is B > 1? (Careful: bucket_size 1 is not the B > 1 rule with B = 1,
+        which would hide each query's own key.)
+    Hint 2 (plan): φ_q and φ_k are (B, H, N, D). Prefix sums over positions of φ_k(k_j) v_jᵀ give
+        (B, H, N, D, Dv) and of φ_k(k_j) give (B, H, N, D). For each query, the index of its last visible key
+        (-1: none) is a length-N index tensor; pick those prefix rows, contract them with φ_q over D to get a
+        numerator (B, H, N, Dv) and a denominator (B, H, N), divide, and set the queries that see nothing to 0.
+    Hint 3 (formula): S_j = Σ_{l ≤ j} φ_k(k_l) v_lᵀ and z_j = Σ_{l ≤ j} φ_k(k_l) (running sums over positions);
+        query i's last visible key is ℓ(i) = i when bucket_size is 1, and ℓ(i) = ⌊i/B⌋·B − 1 otherwise;
+        out_i = φ_q(q_i)ᵀ S_ℓ(i) / φ_q(q_i)ᵀ z_ℓ(i) where ℓ(i) ≥ 0, and 0 where ℓ(i) = −1 (read a clamped
+        index, then zero those rows).
     """
     raise NotImplementedError("Task 5.2")
 
@@ -60,21 +65,22 @@ def causal_efficient_attention(q, k, v, bucket_size=1):
 def transplant_into_lat(ours, lat):
     """Task 5.3: copy our EfficientSelfAttention's weights into a linear-attention-transformer SelfAttention.
 
-    ours: minilin.efficient.EfficientSelfAttention(dim, heads) (no q/k/v bias)
-    lat:  linear_attention_transformer.linear_attention_transformer.SelfAttention(dim, heads), non-causal,
-          same dim and heads, random weights.  Returns lat, modified in place, such that
-          lat(x) == ours(x) for every x (B, N, dim).
+    Revisits notebook 05, section 4 ("Proving agreement: weight transplants").
+    ours: minilin.efficient.EfficientSelfAttention(dim, heads, dim_head=D) (no q/k/v bias)
+    lat:  linear_attention_transformer.linear_attention_transformer.SelfAttention(dim, heads, dim_head=D),
+          non-causal, same sizes, random weights.  Returns lat, modified in place, such that
+          lat(x) == ours(x) for every x (B, N, dim), with and without a padding mask.
     Read its `linear_attn`: it multiplies the softmaxed queries by D**-0.5 (D = head dim), so its output
-    before to_out is ours times D**-0.5.
+    before to_out is ours times D**-0.5. The checks use two head dimensions, one of them not dim / heads.
 
-    Hints, one tier at a time (notebook 05, section 4):
-      1. Both modules have to_q, to_k, to_v and to_out of the same shapes. If the input to their to_out is ours
-         times a constant c, how can to_out undo that constant? Does to_out's bias see it?
-      2. Plan: without recording gradients, copy the three input projections' weights as they are; set their
-         to_out weight to ours times 1/c = √D (D = ours.dim_head); copy the to_out bias unchanged; return lat.
-      3. In formulas: W_q, W_k, W_v (theirs) = W_q, W_k, W_v (ours); W_out (theirs) = √D · W_out (ours), since
-         W_out · (c·h) = (c·W_out) · h; b_out (theirs) = b_out (ours), since the bias is added after the
-         product and never sees c. Copy in place, with gradients off.
+    Hint 1 (nudge): both modules have to_q, to_k, to_v and to_out of the same shapes. If the input to their
+        to_out is ours times a constant c, how can to_out undo that constant? Does to_out's bias see it?
+    Hint 2 (plan): without recording gradients, copy the three input projections' weights as they are; set
+        their to_out weight to ours times 1/c = √D (D from ours.dim_head, not from dim / heads); copy the
+        to_out bias unchanged; return lat.
+    Hint 3 (formula): W_q, W_k, W_v (theirs) = W_q, W_k, W_v (ours); W_out (theirs) = √D · W_out (ours), since
+        W_out · (c·h) = (c·W_out) · h; b_out (theirs) = b_out (ours), since the bias is added after the product
+        and never sees c. Copy in place, with gradients off.
     """
     raise NotImplementedError("Task 5.3")
 
@@ -82,20 +88,21 @@ def transplant_into_lat(ours, lat):
 def linformer_into_ours(theirs, ours):
     """Task 5.4: copy a `linformer` 0.2.3 LinformerSelfAttention's weights into our LinformerSelfAttention.
 
+    Revisits notebook 05, section 4 (the agreement table's first pair, in the other direction).
     theirs: linformer.LinformerSelfAttention(dim, seq_len, k, heads) (share_kv=False, one_kv_head=False)
     ours:   minilin.linformer.LinformerSelfAttention(dim, heads, seq_len, k, sharing="headwise")
     Returns ours, modified in place, such that ours(x) == theirs(x) for x (B, N, dim), N <= seq_len.
     Their proj_k, proj_v are (seq_len, k) and project with einsum('bnd,nk->bkd'); our E, F are (k, seq_len)
-    and project with E @ keys. Their to_q, to_k, to_v, to_out map to ours by name.
+    and project with E @ keys. Their to_q, to_k, to_v, to_out map to ours by name. The checks use two sizes
+    of (dim, heads, seq_len, k), each at its full length and a shorter one.
 
-    Hints, one tier at a time (notebook 05, section 4):
-      1. Write both projections as a sum over the positions n: slot j gets Σ_n (their matrix)[n, j] · key_n,
-         and Σ_n E[j, n] · key_n. How must E relate to their proj_k for these to be equal?
-      2. Plan: without recording gradients, copy the four Linear layers by name (weights, and to_out's bias
-         too); E gets proj_k rearranged to (k, seq_len), F gets proj_v the same way; return ours. Shorter
-         inputs need no extra work: both sides then use the first N positions of their matrices.
-      3. In formulas: E[j, n] = proj_k[n, j] and F[j, n] = proj_v[n, j] (each is the other's transpose); every
-         weight and bias of the four linear layers equal, name for name. Copy in place, with gradients off.
+    Hint 1 (nudge): write both projections as a sum over the positions n: slot j gets Σ_n (their matrix)[n, j]
+        · key_n, and Σ_n E[j, n] · key_n. How must E relate to their proj_k for these to be equal?
+    Hint 2 (plan): without recording gradients, copy the four Linear layers by name (weights, and to_out's bias
+        too); E gets proj_k rearranged to (k, seq_len), F gets proj_v the same way; return ours. Shorter inputs
+        need no extra work: both sides then use the first N positions of their matrices.
+    Hint 3 (formula): E[j, n] = proj_k[n, j] and F[j, n] = proj_v[n, j] (each is the other's transpose); every
+        weight and bias of the four linear layers equal, name for name. Copy in place, with gradients off.
     """
     raise NotImplementedError("Task 5.4")
 
@@ -103,23 +110,77 @@ def linformer_into_ours(theirs, ours):
 def block_flops(batch, n, dim, *, proj_len=None, ff_mult=4):
     """Task 5.5: FLOPs of one forward pass of a pre-norm Transformer block, counted from first principles.
 
+    Revisits notebook 05, section 6 g ("Numeric claims, recomputed"), for any batch, length, width and ff_mult.
     The block is minilin.model.Block: x + attn(LN(x)), then x + MLP(LN(x)) with MLP = Linear(dim, ff_mult·dim),
     GELU, Linear(ff_mult·dim, dim). attn: exact attention when proj_len is None, else Linformer projecting
     the n keys and values to proj_len positions (E @ K, F @ V; the paper calls proj_len k). Count as
     torch.utils.flop_counter.FlopCounterMode does:
     a matrix product (a×b)@(b×c) costs 2·a·b·c FLOPs; LayerNorm, softmax, GELU, bias adds cost 0.
-    The answer does not depend on the number of heads (why?). Return a Python int.
+    The answer does not depend on the number of heads (why?). Return a Python int. The checks compare with
+    the counter on three shapes (batch 1 to 3, ff_mult 2 to 4, two numbers of heads each), exact and Linformer.
 
-    Hints, one tier at a time (notebook 05, section 6 g, "Numeric claims, recomputed"):
-      1. List every matrix product in the block, then count each with 2·a·b·c. For the heads: H heads of width
-         dim / H each do a product whose cost is proportional to their width; what is the sum over heads?
-      2. Plan, per sequence (then times batch): four projections q, k, v, out, each (n × dim) @ (dim × dim);
-         two MLP products, (n × dim) @ (dim × ff_mult·dim) and back. Exact attention, per head: scores
-         (n × Dh) @ (Dh × n) and mixing (n × n) @ (n × Dh). Linformer, per head: E @ K and F @ V, each
-         (k × n) @ (n × Dh), then scores (n × Dh) @ (Dh × k) and mixing (n × k) @ (k × Dh). Sum over the heads
-         with H · Dh = dim.
-      3. 8·batch·n·dim² + 4·batch·n·dim·(ff_mult·dim), plus 4·batch·n²·dim for exact attention or
-         8·batch·n·proj_len·dim for Linformer. At ff_mult = 4 and batch 1 that is the notebook's
-         24·n·d² + 4·n²·d (exact) and 24·n·d² + 8·n·k·d (Linformer).
+    Hint 1 (nudge): list every matrix product in the block, then count each with 2·a·b·c. For the heads: H heads
+        of width dim / H each do a product whose cost is proportional to their width; what is the sum over heads?
+    Hint 2 (plan): per sequence (then times batch): four projections q, k, v, out, each (n × dim) @ (dim × dim);
+        two MLP products, (n × dim) @ (dim × ff_mult·dim) and back. Exact attention, per head: scores
+        (n × Dh) @ (Dh × n) and mixing (n × n) @ (n × Dh). Linformer, per head: E @ K and F @ V, each
+        (k × n) @ (n × Dh), then scores (n × Dh) @ (Dh × k) and mixing (n × k) @ (k × Dh). Sum over the heads
+        with H · Dh = dim.
+    Hint 3 (formula): 8·batch·n·dim² + 4·batch·n·dim·(ff_mult·dim), plus 4·batch·n²·dim for exact attention or
+        8·batch·n·proj_len·dim for Linformer. At ff_mult = 4 and batch 1 that is the notebook's 24·n·d² + 4·n²·d
+        (exact) and 24·n·d² + 8·n·k·d (Linformer).
     """
     raise NotImplementedError("Task 5.5")
+
+
+def chunked_causal_linear_attention(q, k, v, chunk_size, mask=None):
+    """Task 5.6 (use the idea on a new case): causal elu+1 linear attention computed chunk by chunk, with a key
+    padding mask.
+
+    Extends notebook 05, section 2 ("Causal"): the notebook builds the masked (N × N) form and the one-token
+    RNN loop, and notebook 04, section 6 describes the chunked form in words; no cell writes it. Here you
+    combine the two forms, as `minilin.linear` does, and add padding.
+    q, k: (B, H, N, D), v: (B, H, N, Dv), chunk_size: int >= 1, mask: (B, N) bool or None  ->  (B, H, N, Dv)
+    φ(x) = elu(x) + 1 (torch.nn.functional.elu). Query i sees the real keys j <= i:
+    out_i = Σ_j (φ(q_i)·φ(k_j)) v_j / Σ_j φ(q_i)·φ(k_j); a query that sees no real key outputs 0.
+    Inside a chunk of chunk_size positions use the (C × C) form; across chunks carry S (D × Dv) and z (D,).
+    The last chunk may be shorter, and chunk_size may exceed N. The checks use five chunk sizes, two shapes,
+    right, left and scattered padding, a future-leak probe, and record every matrix product: an (N × N) one
+    fails (with chunks of 4 and N = 24).
+
+    Hint 1 (nudge): split the keys query i sees into two groups: those in earlier chunks, already summed into
+        S and z, and those in its own chunk at positions up to its own. What must a padded key contribute to
+        either group?
+    Hint 2 (plan): features φ(q), φ(k), with φ(k) set to 0 at padded positions; S = 0 (B, H, D, Dv), z = 0
+        (B, H, D); for each chunk: the chunk's (C × C) feature products kept on and below the diagonal, a
+        numerator from S plus the in-chunk products times the chunk's values, a denominator from z plus the
+        in-chunk row sums, the ratio (0 where the denominator is 0), then add the chunk's keys into S and z.
+    Hint 3 (formula): for query i in chunk c, with A_ij = φ(q_i)·φ(k_j) m_j (m_j = 1 for a real key, 0 for a
+        padded one): num_i = φ(q_i)ᵀ S_c + Σ_{j in c, j ≤ i} A_ij v_j, den_i = φ(q_i)ᵀ z_c + Σ_{j in c, j ≤ i}
+        A_ij, out_i = num_i / den_i (0 where den_i = 0); then S_(c+1) = S_c + Σ_{j in c} m_j φ(k_j) v_jᵀ and
+        z_(c+1) = z_c + Σ_{j in c} m_j φ(k_j).
+    """
+    raise NotImplementedError("Task 5.6")
+
+
+def decayed_linear_attention(q, k, v, gamma):
+    """Task 5.7 (use the idea on a new case): causal linear attention whose past fades by γ per step, one
+    decay per head (RetNet's retention; flash-linear-attention's `fla.ops.retention`).
+
+    Extends notebook 05, section 2 ("Causal", the RNN form), to a state that decays; no notebook builds it.
+    q, k: (B, H, N, D), v: (B, H, N, Dv), gamma: (H,) float tensor of decays in [0, 1]  ->  (B, H, N, Dv)
+    out_i = D^(-1/2) Σ_{j <= i} γ_h^(i − j) (q_i·k_j) v_j  (no feature map, no normaliser; γ^0 = 1).
+    Use a state of constant size per head (D × Dv), not an (N × N) matrix: the checks record every matrix
+    product and an (N × N) one fails. They compare with a loop over i and j <= i on two shapes, γ = 0 (each
+    query sees only its own key), with fla's `naive_retention` when fla is installed, and probe the future.
+
+    Hint 1 (nudge): without the decay, the sum over j <= i is a running sum that grows by one term per step.
+        What happens to every earlier term of that sum when you multiply the whole running sum by γ?
+    Hint 2 (plan): a state S of shape (B, H, D, Dv), zeros at first; for each position in order: multiply S by
+        that head's γ (shaped to broadcast over the batch and the state), add the outer product of the
+        position's key and value, read the output as the query times S, scaled by D^(-1/2); stack the outputs
+        along the position axis.
+    Hint 3 (formula): S_i = γ_h · S_(i−1) + k_i v_iᵀ with S_(−1) = 0, and out_i = D^(−1/2) · q_iᵀ S_i; unrolled,
+        S_i = Σ_{j ≤ i} γ_h^(i−j) k_j v_jᵀ, which is the definition above.
+    """
+    raise NotImplementedError("Task 5.7")

@@ -9,9 +9,12 @@
     python -m minilin release ../minilin-students  # a student copy of the course (no solutions)
 
 Your code runs in a separate process (inside bwrap where available) with a time limit per chapter and a memory
-cap; the grader builds the inputs, computes the expected results from minilin, and compares. A task passes
-when every one of its checks does. Exit code: 0 when every graded task passes, 1 otherwise, 2 for a usage
-error. The machinery lives in minilin/grading/.
+cap; the grader builds the inputs, computes the expected results from minilin, and compares. Every check of a
+task runs and scores on its own (partial credit): a task with 5 checks that passes 3 earns 3/5 of its points and
+is a fail; it passes when every one of its checks does. The table shows each task's checks passed (3/5) and
+which failed, a line per chapter counts tasks and checks, and the score line shows points with partial credit.
+Exit code: 0 when every graded task passes, 1 otherwise, 2 for a usage error. The machinery lives in
+minilin/grading/.
 """
 import argparse
 import os
@@ -27,18 +30,22 @@ ROOT = Path(__file__).resolve().parent.parent
 def build_parser():
     from minilin.grading.course import CHAPTERS, WITHOUT_EXERCISES, allowed_helpers_text
     from minilin.grading.sandbox import MODES
-    epilog = (f"Exercises exist for chapters {', '.join(map(str, CHAPTERS))}; chapters "
-              f"{', '.join(map(str, WITHOUT_EXERCISES))} have none.\n"
+    without = f"; chapters {', '.join(map(str, WITHOUT_EXERCISES))} have none" if WITHOUT_EXERCISES else ""
+    epilog = (f"Exercises exist for chapters {', '.join(map(str, CHAPTERS))}{without}.\n"
               "A task fails if its function calls minilin's own implementation (the reference it is graded "
               "against).\n" + allowed_helpers_text() +
-              "\nTeacher's gradebook: one row per (student, task), columns student,task,points,max_points,status,"
-              "message;\nstatus is pass, fail, error, timeout, crash or missing. --wide: one row per student, "
-              "columns student,\none per chapter (ex01_attention, ...), total, max. --gradescope: <student>/"
-              "results.json in Gradescope's\nformat, one test per task. Feedback files and Gradescope output say "
-              "only \"a hidden check failed (N of M)\"\nfor a teacher's hidden check; the gradebook keeps the "
-              "full message. Cells that a spreadsheet would run as\na formula start with '. A rubric (TOML) weights "
-              "tasks:\n"
-              "  default = 1\n  [points]\n  \"4\" = 2      # every task of chapter 4\n  \"4.3\" = 3    # one task")
+              "\nTeacher's gradebook: one row per (student, task), columns student,task,points,max_points,"
+              "checks_passed,\nchecks_total,status,message; points are partial credit (the share of the task's "
+              "checks that pass);\nstatus is pass, fail, error, timeout, crash or missing, and a partly passing "
+              "task is a fail. --wide: one\nrow per student, columns student, one per chapter (ex01_attention, "
+              "...), total, max, failed_checks\n(\"1.4: 2, 5; 3.1: all 4\"). --gradescope: <student>/results.json "
+              "in Gradescope's format, one test per\ntask, scored with partial credit, its output naming the failed "
+              "checks. Feedback files and Gradescope\noutput say only \"a hidden check failed (N of M)\" for a "
+              "teacher's hidden check; the gradebook keeps the\nfull message. Cells that a spreadsheet would run "
+              "as a formula start with '. A rubric (TOML) weights\ntasks, and optionally a task's checks (one "
+              "weight per check, public checks then hidden ones):\n"
+              "  default = 1\n  [points]\n  \"4\" = 2      # every task of chapter 4\n  \"4.3\" = 3    # one task\n"
+              "  [weights]\n  \"1.4\" = [1, 1, 1, 2, 2]   # task 1.4's checks, in order")
     p = Parser(prog="python -m minilin grade", description=__doc__, epilog=epilog,
                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--chapter", type=int, action="append", default=[], metavar="N",
@@ -167,6 +174,9 @@ def main(argv=None):
     limits = runner.Limits(timeout=args.timeout, memory=int(args.memory * 2**30))
     print(f"{note}; {args.timeout:g} s per chapter, {args.memory:g} GiB", flush=True)
     with runner.Session(tasks, limits=limits, mode=mode, hidden=hidden, hide=hide) as session:
+        if points is not None:  # a weight list per check: checked once the checks (hidden ones too) are built
+            report.check_weights(points, {t: len(steps) for t, steps in session.steps.items()},
+                                 f"--rubric {args.rubric}")
         if args.submissions is None:
             return grade_one(session, folder, args, points or report.default_points(), note, report)
         return grade_class(session, args, points or report.default_points(), note, report)
@@ -180,9 +190,10 @@ def grade_one(session, folder, args, points, note, report):
     print("\n".join(report.task_table(results)))
     if details := report.failure_details(results):
         print("\n".join(details))
-    if not args.chapter and not args.task:
+    if not args.chapter and not args.task and WITHOUT_EXERCISES:
         print(f"\nchapters {', '.join(map(str, WITHOUT_EXERCISES))} have no exercises")
-    print("\n" + report.score_line(results, folder.name))
+    print("\n" + "\n".join(report.chapter_lines(results)))
+    print(report.score_line(results, folder.name, points))
     if args.gradescope_json:
         report.write_gradescope_json(args.gradescope_json, results, points, note)
         got, total = report.totals(results, points)

@@ -6,7 +6,7 @@ command, the benchmark, the plots, the shared tests and the notebooks.
     linformer  keys/values projected to proj_len slots (non-causal) minilin.linformer.LinformerSelfAttention
     performer  FAVOR+ positive random features                      minilin.performer.PerformerSelfAttention
     linear     elu(x)+1 linear attention (Katharopoulos et al.)     minilin.linear.LinearSelfAttention
-    efficient  Shen et al.'s efficient attention (as linear-attention-transformer computes it)
+    efficient  Shen et al.'s efficient attention (as linear-attention-transformer computes it, up to its D^{-1/2} factor)
                                                                     minilin.efficient.EfficientSelfAttention
     retention  a fixed decay γ per head (RetNet), causal only        minilin.gated_attention.RetentionSelfAttention
     gla        gated linear attention, causal only                  minilin.gated_attention.GLASelfAttention
@@ -113,7 +113,8 @@ VARIANTS = {v.name: v for v in (
             "minilin.linear:LinearSelfAttention", bench=_BENCH + "linear_fn"),
     # efficient-causal is left out of the default sweep: the same chunked scan as linear-causal with 64-position
     # chunks, twice the Python steps (~1 s per case in the meta model at n=65536); it runs by name
-    Variant("efficient", "efficient attention (Shen et al. 2018), as linear-attention-transformer computes it",
+    Variant("efficient", "efficient attention (Shen et al. 2018), as linear-attention-transformer computes it up to "
+            "its D^{-1/2} factor",
             "minilin.efficient:EfficientSelfAttention", bench=_BENCH + "efficient_fn",
             peer="linear-attention-transformer", peer_bench=_PEER + "_peer_efficient",
             bench_default=("efficient", "peer-efficient", "peer-efficient-causal")),

@@ -37,3 +37,24 @@ def attention(q, k, v, mask=None, causal=False):
 def score_matrix_bytes(batch, heads, n, dtype):
     """Task 1.5: batch * heads * n * n elements of torch.finfo(dtype).bits / 8 bytes."""
     return batch * heads * n * n * torch.finfo(dtype).bits // 8
+
+
+def decode_step(k_cache, v_cache, q_new, k_new, v_new):
+    """Task 1.6: T new tokens against a cache of t earlier ones; returns (out, grown key cache, grown value cache)."""
+    keys = torch.cat([k_cache, k_new], dim=2)  # (B, H, t + T, D)
+    values = torch.cat([v_cache, v_new], dim=2)  # (B, H, t + T, Dv)
+    visible = causal_mask(q_new.shape[2], keys.shape[2]).to(q_new.device)  # bottom-right: the T new queries come last
+    out = stable_softmax(scaled_scores(q_new, keys).masked_fill(~visible, float("-inf"))) @ values  # (B, H, T, Dv)
+    return out, keys, values
+
+
+def local_attention(q, k, v, window, mask=None):
+    """Task 1.7: causal attention in which query i (position i + M - N) sees only its `window` most recent keys."""
+    if window < 1:
+        raise ValueError(f"window must be >= 1 (the number of most recent keys a query sees), got {window}")
+    n, m = q.shape[2], k.shape[2]
+    lag = (torch.arange(n)[:, None] + (m - n)) - torch.arange(m)[None, :]  # (N, M) query position minus key position
+    visible = (causal_mask(n, m) & (lag < window)).to(q.device)[None, None]  # (1, 1, N, M): not future, not too old
+    if mask is not None:
+        visible = visible & mask[:, None, None, :]  # (B, 1, N, M)
+    return stable_softmax(scaled_scores(q, k).masked_fill(~visible, float("-inf"))) @ v

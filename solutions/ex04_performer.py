@@ -49,3 +49,47 @@ def causal_linear_attention(phi_q, phi_k, v):
         den = (phi_q[:, :, i] * z).sum(-1, keepdim=True)
         outs.append(num / den)
     return torch.stack(outs, dim=2)
+
+
+def favor_causal(q, k, v, projection):
+    """Task 4.5: causal FAVOR+, each key scaled by the running maximum of the exponents of the keys so far."""
+    d = q.shape[-1]
+    w = projection.to(q.dtype) * d ** -0.25
+    qs, ks = q * d ** -0.25, k * d ** -0.25
+    eq = q @ w.T - 0.5 * (qs * qs).sum(-1, keepdim=True)  # (B, H, N, m)
+    ek = k @ w.T - 0.5 * (ks * ks).sum(-1, keepdim=True)  # (B, H, N, m)
+    phi_q = torch.exp(eq - eq.amax(-1, keepdim=True).detach())  # each query by its own row max
+    r = torch.cummax(ek.amax(-1).detach(), dim=-1).values  # (B, H, N): max over keys 0..j and features
+    B, H, N, m = eq.shape
+    state = q.new_zeros(B, H, m, v.shape[-1])  # Σ_{j<=i} φ(k_j) v_jᵀ, held on the scale exp(-r_i)
+    z = q.new_zeros(B, H, m)
+    readouts = []
+    for i in range(N):
+        if i:
+            factor = torch.exp(r[:, :, i - 1] - r[:, :, i])  # <= 1: bring the old state to the new scale
+            state, z = state * factor[..., None, None], z * factor[..., None]
+        phi_k = torch.exp(ek[:, :, i] - r[:, :, i, None])  # (B, H, m), every entry <= 1
+        state = state + phi_k[..., :, None] * v[:, :, i, None, :]
+        z = z + phi_k
+        num = (phi_q[:, :, i, :, None] * state).sum(-2)
+        den = (phi_q[:, :, i] * z).sum(-1, keepdim=True)
+        readouts.append(num / den)
+    return torch.stack(readouts, dim=2)
+
+
+def causal_prefix_attention(phi_q, phi_k, v):
+    """Task 4.6: the state of the first M - N keys, then the recurrence of Task 4.4 for the N queries."""
+    N, M = phi_q.shape[2], phi_k.shape[2]
+    if N > M:
+        raise ValueError(f"{N} queries but {M} keys: the queries must be the last N of the M positions")
+    start = M - N
+    state = phi_k[:, :, :start].transpose(-2, -1) @ v[:, :, :start]  # (B, H, m, Dv): the prompt, at once
+    z = phi_k[:, :, :start].sum(-2)  # (B, H, m)
+    readouts = []
+    for i in range(N):
+        state = state + phi_k[:, :, start + i, :, None] * v[:, :, start + i, None, :]
+        z = z + phi_k[:, :, start + i]
+        num = (phi_q[:, :, i, :, None] * state).sum(-2)
+        den = (phi_q[:, :, i] * z).sum(-1, keepdim=True)
+        readouts.append(num / den)
+    return torch.stack(readouts, dim=2)

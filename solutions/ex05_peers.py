@@ -1,4 +1,5 @@
-"""Solutions for notebook 05 (exercises/ex05_peers.py): efficient attention, weight transplants, FLOPs."""
+"""Solutions for notebook 05 (exercises/ex05_peers.py): efficient attention, weight transplants, FLOPs,
+chunked causal linear attention, decayed linear attention."""
 import torch
 
 
@@ -62,3 +63,37 @@ def block_flops(batch, n, dim, *, proj_len=None, ff_mult=4):
         k = proj_len  # the paper's letter
         mixing = 2 * (2 * batch * k * n * dim) + 2 * (2 * batch * n * k * dim)  # E K, F V; q (EK)ᵀ, P (FV)
     return projections + mlp + mixing
+
+
+def chunked_causal_linear_attention(q, k, v, chunk_size, mask=None):
+    """Task 5.6: inside a chunk the masked (C × C) form, across chunks the running sums S and z."""
+    phi_q = torch.nn.functional.elu(q) + 1
+    phi_k = torch.nn.functional.elu(k) + 1
+    if mask is not None:
+        phi_k = phi_k * mask[:, None, :, None].to(phi_k.dtype)  # padded keys: features 0, in S and in z
+    B, H, N, F = phi_q.shape
+    state = q.new_zeros(B, H, F, v.shape[-1])  # Σ φ(k_j) v_jᵀ over the earlier chunks
+    norm = q.new_zeros(B, H, F)  # Σ φ(k_j) over the earlier chunks
+    pieces = []
+    for start in range(0, N, chunk_size):
+        fq, fk, vc = (t[:, :, start:start + chunk_size] for t in (phi_q, phi_k, v))
+        inside = (fq @ fk.transpose(-2, -1)).tril()  # (B, H, C, C): φ(q_i)·φ(k_j), j <= i inside the chunk
+        num = fq @ state + inside @ vc
+        den = torch.einsum("bhcf,bhf->bhc", fq, norm) + inside.sum(-1)
+        safe = torch.where(den > 0, den, torch.ones_like(den))
+        pieces.append(torch.where(den[..., None] > 0, num / safe[..., None], torch.zeros_like(num)))
+        state = state + fk.transpose(-2, -1) @ vc
+        norm = norm + fk.sum(dim=-2)
+    return torch.cat(pieces, dim=2)
+
+
+def decayed_linear_attention(q, k, v, gamma):
+    """Task 5.7: the state S_i = γ S_(i-1) + k_i v_iᵀ, out_i = S_iᵀ q_i / √D, one token at a time."""
+    B, H, N, D = q.shape
+    decay = gamma.to(q.dtype).view(1, H, 1, 1)
+    S = q.new_zeros(B, H, D, v.shape[-1])
+    rows = []
+    for i in range(N):
+        S = decay * S + torch.einsum("bhd,bhe->bhde", k[:, :, i], v[:, :, i])
+        rows.append(torch.einsum("bhd,bhde->bhe", q[:, :, i], S) / D ** 0.5)
+    return torch.stack(rows, dim=2)

@@ -1,4 +1,4 @@
-"""Solutions for notebook 07 (exercises/ex07_lm.py): the pieces of a byte-level LM's training loop."""
+"""Solutions for notebook 07 (exercises/ex07_lm.py): the pieces of a byte-level LM's training loop, and decoding."""
 import math
 import os
 from pathlib import Path
@@ -74,3 +74,23 @@ def save_checkpoint(obj, path):
 def load_checkpoint(path):
     """Task 7.6 (b): weights_only load."""
     return torch.load(path, map_location="cpu", weights_only=True)
+
+
+def top_p_filter(logits, top_p):
+    """Task 7.7: keep the likeliest tokens until their probability reaches top_p; the others -inf."""
+    probs = torch.softmax(logits, dim=-1)
+    sorted_p, order = probs.sort(dim=-1, descending=True)
+    before = torch.cat([torch.zeros_like(sorted_p[..., :1]), sorted_p.cumsum(dim=-1)[..., :-1]], dim=-1)
+    keep = torch.zeros_like(before, dtype=torch.bool).scatter(-1, order, before < top_p)
+    return logits.masked_fill(~keep, float("-inf"))
+
+
+def efficient_decode_step(q_t, k_t, v_t, state=None):
+    """Task 7.8: add exp(k_t) v_tᵀ and exp(k_t) to the state, read it with softmax(q_t)."""
+    phi_q, phi_k = torch.softmax(q_t, dim=-1), torch.exp(k_t)  # (B, H, D)
+    S = torch.einsum("bhd,bhe->bhde", phi_k, v_t)
+    z = phi_k
+    if state is not None:
+        S, z = state[0] + S, state[1] + z
+    num = torch.einsum("bhd,bhde->bhe", phi_q, S)
+    return num / torch.einsum("bhd,bhd->bh", phi_q, z)[..., None], (S, z)

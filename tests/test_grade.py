@@ -5,6 +5,7 @@ The class is graded once (module fixture) by the real command in a subprocess, w
 Where bwrap works, one student also tries to delete and write files outside its folder; CI sets
 MINILIN_REQUIRE_SANDBOX=1, which turns a missing sandbox into a failure instead of a skip.
 """
+import ast
 import csv
 import hashlib
 import os
@@ -12,6 +13,7 @@ import pickle
 import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 import uuid
@@ -27,8 +29,8 @@ from minilin.grade import main as grade
 from minilin.grading import honesty, report, sandbox
 from minilin.grading.calls import dumps, loads_untrusted
 from minilin.grading.checks import Failure, compare
-from minilin.grading.course import CHAPTERS, COURSE_CHAPTERS, TASKS, load_hidden, select
-from minilin.grading.release import grade_command, step_id
+from minilin.grading.course import CHAPTERS, COURSE_CHAPTERS, TASKS, WITHOUT_EXERCISES, load_hidden, select
+from minilin.grading.release import grade_command, step_id, write_stubs
 from minilin.grading.runner import STATUSES, run_in_process
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -44,6 +46,24 @@ def minilin(*args, cwd=ROOT, timeout=900):
 
 def source(folder, chapter):
     return (ROOT / folder / CHAPTERS[chapter].file).read_text(encoding="utf-8")
+
+
+def stub_source(chapter):
+    """The chapter's exercise file as released (every task function a stub), whatever exercises/ holds now."""
+    with tempfile.TemporaryDirectory() as folder:
+        write_stubs(ROOT / "exercises", folder)  # as `release` writes them
+        return (Path(folder) / CHAPTERS[chapter].file).read_text(encoding="utf-8")
+
+
+def callers(source, name):
+    """The top-level functions of `source` that call `name`, directly or through the file's other functions."""
+    defs = {n.name: {c.func.id for c in ast.walk(n) if isinstance(c, ast.Call) and isinstance(c.func, ast.Name)}
+            for n in ast.parse(source).body if isinstance(n, ast.FunctionDef)}
+    found, grew = {name}, True
+    while grew:
+        new = {f for f, calls in defs.items() if calls & found} - found
+        found, grew = found | new, bool(new)
+    return found
 
 
 def sha(path):
@@ -111,6 +131,7 @@ from minilin.attention import softmax_attention as reference
 def attention(q, k, v, mask=None, causal=False):
     return reference(q, k, v, mask=mask, causal=causal)
 """
+NO_CAUSAL = "if False:  # the learner forgot the causal flag\n"
 HUGE = "import torch\ndef score_matrix_bytes(batch, heads, n, dtype):\n    return torch.zeros(30_000_000)\n"
 HIDDEN_CHECK = '''
 from pathlib import Path
@@ -147,8 +168,13 @@ def graded_class(tmp_path_factory):
         "grace": ({"ex01_attention.py": sol[1] + HONESTY}, IDS1 - {"1.4"}),
         "heidi": ({"ex01_attention.py": "def scaled_scores(q, k)\n    return q\n", "ex07_lm.py": sol[7]}, IDS7),
         "ivan": ({"ex01_attention.py": sol[1] + HUGE}, IDS1 - {"1.5"}),
-        "judy": ({"ex01_attention.py": source("exercises", 1)}, set()),
+        "judy": ({"ex01_attention.py": stub_source(1)}, set()),
     }
+    ignores_causal = sol[1].replace("    if causal:\n", "    " + NO_CAUSAL, 1)  # Task 1.4, everything else right
+    assert ignores_causal != sol[1]
+    owner = {f: t.id for t in TASKS.values() if t.chapter == 1 for f in t.functions}
+    students["kate"] = ({"ex01_attention.py": ignores_causal},
+                        IDS1 - {owner[f] for f in callers(sol[1], "attention") if f in owner})
     canary = ROOT / "tests" / f".grade-canary-{uuid.uuid4().hex}"
     written = ROOT / "tests" / f"vandal-{uuid.uuid4().hex}.py"
     if SANDBOXED:  # only where the sandbox holds: unsandboxed, these writes would succeed
@@ -195,6 +221,7 @@ def by_student(rows):
 def test_every_student_gets_exactly_the_points_deserved(graded_class):
     rows, points = graded_class["rows"], graded_class["points"]
     assert list(rows[0]) == list(report.CSV_COLUMNS)
+    assert list(report.CSV_COLUMNS[3:6]) == ["max_points", "checks_passed", "checks_total"]
     assert {r["status"] for r in rows} <= set(STATUSES)
     table = by_student(rows)
     assert set(table) == set(graded_class["students"])
@@ -202,10 +229,13 @@ def test_every_student_gets_exactly_the_points_deserved(graded_class):
         assert set(table[name]) == set(TASKS), name  # one row per task, every student
         passed = {t for t, row in table[name].items() if row["status"] == "pass"}
         assert passed == deserved, (name, {t: table[name][t]["message"] for t in passed ^ deserved})
-        earned = sum(float(row["points"]) for row in table[name].values())
-        assert earned == sum(points[t] for t in deserved), name
         for task_id, row in table[name].items():
             assert float(row["max_points"]) == points[task_id]
+            passed_checks, total = int(row["checks_passed"]), int(row["checks_total"])
+            assert 0 <= passed_checks <= total and total > 0, (name, task_id, row)
+            assert (passed_checks == total) == (row["status"] == "pass"), (name, task_id, row)
+            # partial credit: the share of the task's checks that pass (the CSV rounds to 4 decimals)
+            assert float(row["points"]) == pytest.approx(points[task_id] * passed_checks / total, abs=1e-4), row
             if CHAPTERS[TASKS[task_id].chapter].file not in files:
                 assert row["status"] == "missing", (name, task_id)
 
@@ -215,10 +245,13 @@ def test_each_failure_says_what_went_wrong(graded_class):
     t = by_student(graded_class["rows"])
     assert t["bob"]["1.5"]["status"] == "fail" and "off by" in t["bob"]["1.5"]["message"]
     assert t["carol"]["1.3"]["status"] == "error" and "SystemExit" in t["carol"]["1.3"]["message"]
-    assert t["carol"]["1.4"]["status"] == "error"  # attention(causal=True) calls the exiting causal_mask
+    carol = t["carol"]["1.4"]  # attention(causal=True) calls the exiting causal_mask; without causal it works
+    assert carol["status"] == "fail" and "SystemExit" in carol["message"]
+    assert 0 < int(carol["checks_passed"]) < int(carol["checks_total"])
     assert t["carol"]["1.5"]["status"] == "timeout" and f"{TIMEOUT} s" in t["carol"]["1.5"]["message"]
     assert all(t["dave"][i]["status"] == "crash" and "code 3" in t["dave"][i]["message"] for i in IDS1)
-    assert all(t["erin"][i]["status"] == "fail" for i in IDS1)  # its patches live and die in its own process
+    # its patches live and die in its own process: nothing of chapter 1 passes, chapter 7 is untouched
+    assert all(t["erin"][i]["status"] in ("fail", "error") for i in IDS1)
     assert t["grace"]["1.4"]["status"] == "fail" and "minilin.attention.softmax_attention" in \
         t["grace"]["1.4"]["message"]
     assert all(t["heidi"][i]["status"] == "error" and "SyntaxError in ex01_attention.py line 1" in
@@ -229,8 +262,21 @@ def test_each_failure_says_what_went_wrong(graded_class):
 
 
 @pytest.mark.needs_solutions
+def test_a_task_that_ignores_the_causal_flag_earns_partial_credit(graded_class):
+    """Task 1.4 right except for causal=True: some checks pass, so some of its points, never all."""
+    row = by_student(graded_class["rows"])["kate"]["1.4"]
+    assert row["status"] == "fail" and "causal=True" in row["message"]
+    assert 0 < float(row["points"]) < graded_class["points"]["1.4"]
+    assert 0 < int(row["checks_passed"]) < int(row["checks_total"])
+    text = (graded_class["feedback"] / "kate.md").read_text(encoding="utf-8")
+    line = next(line for line in text.splitlines() if line.startswith("| 1.4 |"))
+    assert f"| {row['checks_passed']}/{row['checks_total']} |" in line and "failed check" in line
+    assert f"{row['checks_passed']} of {row['checks_total']} checks; failed: check " in text
+
+
+@pytest.mark.needs_solutions
 def test_grading_is_bounded_and_leaves_everything_else_alone(graded_class):
-    # 10 students, 2 at a time, one hang of TIMEOUT s: a wide bound that still catches a grader that waits forever
+    # 11 students, 2 at a time, one hang of TIMEOUT s: a wide bound that still catches a grader that waits forever
     assert graded_class["elapsed"] < 300
     assert not any(graded_class["damage"].values()), graded_class["damage"]
 
@@ -249,33 +295,58 @@ def test_feedback_and_summary_per_student(graded_class):
 
 # --- the learner's command, usage errors -------------------------------------------------------------
 def test_usage_errors_name_the_fix(tmp_path):
-    cases = {("--chapter", "6"): "chapter 6 has no exercises", ("--chapter", "9"): "no chapter 9",
+    cases = {("--chapter", "9"): "no chapter 9",
              ("--task", "1.9"): "no task '1.9'", ("--out", "x.csv"): "--out is for grading a class",
              ("--submissions", str(tmp_path / "nope"), "--out", "g.csv"): "no such folder",
              ("--timeout", "0"): "positive"}
     (tmp_path / "class" / "ann").mkdir(parents=True)
     cases[("--submissions", str(tmp_path / "class"))] = "needs --out"
     cases[("--submissions", str(tmp_path / "class"), "--out", str(tmp_path / "no" / "g.csv"))] = "existing folder"
+    cases.update({("--chapter", str(c)): f"chapter {c} has no exercises" for c in WITHOUT_EXERCISES})
     for argv, words in cases.items():
         with pytest.raises(UsageError, match=words.replace("(", r"\(")):
             grade(list(argv))
-    proc = minilin("grade", "--chapter", "8")
-    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "chapter 8 has no exercises" in proc.stderr
+    proc = minilin("grade", "--chapter", "9")
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "no chapter 9" in proc.stderr
 
 
 def test_help_lists_the_allowed_helpers_per_chapter():
     text = build_parser().format_help()
     for chapter in CHAPTERS.values():
         assert f"chapter {chapter.number} ({chapter.file}): allowed minilin helpers" in text
-    assert "minilin.attention.softmax_attention" in text and "chapters 6, 8 have none" in text
+    assert "minilin.attention.softmax_attention" in text
+    assert (f"chapters {', '.join(map(str, WITHOUT_EXERCISES))} have none" in text) == bool(WITHOUT_EXERCISES)
+    assert "checks_passed,\nchecks_total" in text and "partial credit" in text and "[weights]" in text
 
 
 def test_rubric_errors(tmp_path):
     for text, words in [('"1.1" = 2', "unknown keys"), ('[points]\n"9.9" = 1', "neither a task"),
-                        ('[points]\n"1.1" = -1', ">= 0"), ("default = [", "not valid TOML")]:
+                        ('[points]\n"1.1" = -1', ">= 0"), ("default = [", "not valid TOML"),
+                        ('[weights]\n"9.9" = [1]', "not a task"), ('[weights]\n"1.1" = 2', "list of numbers"),
+                        ('[weights]\n"1.1" = [0, 0]', "weight > 0"), ('[weights]\n"1.1" = [1, -1]', ">= 0")]:
         (tmp_path / "r.toml").write_text(text)
         with pytest.raises(UsageError, match=words):
             report.load_rubric(tmp_path / "r.toml")
+
+
+def test_rubric_weights_score_each_check(tmp_path):
+    from minilin.grading.runner import Result
+    count = len(TASKS["1.4"].steps())
+    weights = [1] * (count - 1) + [count - 1]  # the last check is worth all the others together
+    (tmp_path / "r.toml").write_text(f'[points]\n"1.4" = 4\n[weights]\n"1.4" = {weights}\n')
+    points = report.load_rubric(tmp_path / "r.toml")
+    report.check_weights(points, {"1.4": count})
+    last_fails = Result("1.4", "fail", "x", checks=(True,) * (count - 1) + (False,))
+    assert report.earned(last_fails, 4, points.weights["1.4"]) == pytest.approx(2.0)
+    assert report.rows("ann", {"1.4": last_fails}, points).__next__()["points"] == "2"
+    assert report.earned(last_fails, 4) == pytest.approx(4 * (count - 1) / count)  # equal weights
+    with pytest.raises(UsageError, match=f"give {count + 1} weights, one per check"):
+        report.check_weights(points, {"1.4": count + 1}, "--rubric r.toml")
+    (tmp_path / "bad.toml").write_text(f'[weights]\n"1.4" = {[1] * (count + 2)}\n')
+    (tmp_path / "sub").mkdir()
+    proc = minilin("grade", "--task", "1.4", "--folder", str(tmp_path / "sub"), "--gradescope-json",
+                   str(tmp_path / "r.json"), "--rubric", str(tmp_path / "bad.toml"))
+    assert proc.returncode == 2 and f"has {count} checks: give {count} weights" in proc.stderr, proc.stderr
 
 
 # --- what crosses the boundary, and the checks themselves ------------------------------------------------
@@ -301,11 +372,11 @@ def test_a_failed_comparison_says_where_and_by_how_much():
 
 @pytest.mark.needs_solutions
 def test_every_task_grades_functions_the_stub_and_solution_define():
-    assert set(COURSE_CHAPTERS) - set(CHAPTERS) == {6, 8}
+    assert set(COURSE_CHAPTERS) - set(CHAPTERS) == set(WITHOUT_EXERCISES)
     assert {int(p.name[:2]) for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")} - {0} == set(COURSE_CHAPTERS)
     for chapter in CHAPTERS.values():
         functions = [f for t in chapter.tasks.values() for f in t.functions]
-        stubs, solved = honesty.top_level_functions(source("exercises", chapter.number)), \
+        stubs, solved = honesty.top_level_functions(stub_source(chapter.number)), \
             honesty.top_level_functions(source("solutions", chapter.number))
         assert set(functions) <= set(stubs) and set(functions) <= set(solved), chapter.file
         assert honesty.scan(source("solutions", chapter.number), functions, chapter.allowed) == {}
@@ -411,14 +482,18 @@ def test_release_classroom_workflow_grades_every_task(release):
 def test_release_grades_the_students_files_and_its_tests_pass(release):
     proc = minilin("grade", cwd=release)  # untouched stubs: every task fails, not implemented yet
     assert proc.returncode == 1, proc.stderr
-    assert "score: 0/29 tasks (0%) [exercises]" in proc.stdout
+    n = len(TASKS)
+    assert f"score: 0/{n} points (0%), 0/{n} tasks pass [exercises]" in proc.stdout
     assert proc.stdout.count("not implemented yet") >= len(TASKS)
     assert any(line.split()[:1] == ["1.1"] and "fail" in line.split() for line in proc.stdout.splitlines())
     shutil.copyfile(ROOT / "solutions" / "ex01_attention.py", release / "exercises" / "ex01_attention.py")
     proc = minilin(*grade_command("1.1").split()[3:], cwd=release)  # the command each Classroom result names, now solved
     assert proc.returncode == 0, proc.stdout + proc.stderr
     learner_env = {k: v for k, v in os.environ.items() if k != "MINILIN_REQUIRE_STUBS"}  # the course CI's flag
-    tests = subprocess.run([sys.executable, "-m", "pytest", "tests/exercises", "-q", "-p", "no:cacheprovider"],
+    tests = subprocess.run([sys.executable, "-m", "pytest", "tests/exercises", "-q", "-rs", "-p", "no:cacheprovider"],
                            cwd=release, capture_output=True, text=True, timeout=900, env=learner_env)
     assert tests.returncode == 0, tests.stdout[-3000:]
-    assert "5 skipped" in tests.stdout and "24 xfailed" in tests.stdout  # chapter 1 holds work: not an XPASS
+    # chapter 1 holds the learner's work, yet the stub side still runs (on stubs built pristine): no XPASS, no skip
+    xfailed = int(next(w for w in tests.stdout.split(",") if "xfailed" in w).split()[0])
+    assert xfailed >= len(TASKS) and "xpass" not in tests.stdout.lower(), tests.stdout[-3000:]
+    assert "holds your work" not in tests.stdout

@@ -186,7 +186,7 @@ def test_every_export_sums_to_the_gradebook(exported):
     table, points = exported["table"], exported["points"]
     wide = read_csv(exported["out"]["wide"])
     chapters = [CHAPTERS[1].module, CHAPTERS[2].module]
-    assert wide[0] == ["student", *chapters, "total", "max"]
+    assert wide[0] == ["student", *chapters, "total", "max", "failed_checks"]
     assert len(wide) - 1 == len(exported["students"]) == len(table)
     by_name = {row[0]: dict(zip(wide[0], row)) for row in wide[1:]}
     ids = sorted(table[f"'{EVIL}"])
@@ -198,17 +198,25 @@ def test_every_export_sums_to_the_gradebook(exported):
         got = sum(float(r["points"]) for r in rows.values())
         assert sum(float(r["max_points"]) for r in rows.values()) == full
         line = by_name[cell]
-        assert float(line["total"]) == got and float(line["max"]) == full
-        assert sum(float(line[c]) for c in chapters) == got
+        near = lambda x: pytest.approx(x, abs=1e-3)  # noqa: E731 (each CSV cell is rounded to 4 decimals)
+        assert float(line["total"]) == near(got) and float(line["max"]) == full
+        assert sum(float(line[c]) for c in chapters) == near(got)
         for c, module in zip((1, 2), chapters):
-            assert float(line[module]) == sum(float(r["points"]) for t, r in rows.items() if TASKS[t].chapter == c)
+            assert float(line[module]) == near(sum(float(r["points"]) for t, r in rows.items()
+                                                   if TASKS[t].chapter == c))
+        lost = [t for t, r in rows.items() if r["status"] != "pass"]
+        assert all(f"{t}: " in line["failed_checks"] for t in lost) and bool(lost) == bool(line["failed_checks"])
         data = gradescope(exported, student)
         check_gradescope_format(data)
         assert [t["number"] for t in data["tests"]] == ids  # one test per task
-        assert data["score"] == got == sum(t["score"] for t in data["tests"])
+        assert data["score"] == near(got) and data["score"] == near(sum(t["score"] for t in data["tests"]))
         assert sum(t["max_score"] for t in data["tests"]) == full
         for test in data["tests"]:
-            assert (test["status"] == "passed") == (rows[test["number"]]["status"] == "pass")
+            row = rows[test["number"]]
+            assert (test["status"] == "passed") == (row["status"] == "pass")
+            assert test["score"] == near(float(row["points"]))  # partial credit, as in the gradebook
+            if row["status"] != "pass":
+                assert test["output"].startswith(f"{row['checks_passed']} of {row['checks_total']} checks")
     assert float(by_name["pat"]["total"]) < float(by_name[f"'{EVIL}"]["total"])  # the sums are not all equal
 
 
@@ -245,8 +253,9 @@ def test_hidden_checks_say_only_that_one_failed(exported):
     row = exported["table"]["pat"]["1.5"]
     assert row["status"] == "fail" and SECRET in row["message"] and "hidden check 2 of 2" in row["message"]
     assert "score_matrix_bytes(5, 2, 13" in row["message"]  # the teacher sees the call
-    crash = exported["table"]["hank"]["1.5"]
-    assert crash["status"] == "crash" and "code 3" in crash["message"] and "hidden check 2 of 2" in crash["message"]
+    crash = exported["table"]["hank"]["1.5"]  # every check before the crash passed: a fail, with partial credit
+    assert crash["status"] == "fail" and "code 3" in crash["message"] and "hidden check 2 of 2" in crash["message"]
+    assert int(crash["checks_passed"]) == int(crash["checks_total"]) - 1
     assert "score_matrix_bytes(5, 2, 13" in crash["message"]
     for student in ("pat", EVIL, "hank"):
         text = feedback(exported, student)
@@ -256,7 +265,9 @@ def test_hidden_checks_say_only_that_one_failed(exported):
         blob = json.dumps(data)
         assert SECRET not in blob and "(5, 2, 13" not in blob
         test = next(t for t in data["tests"] if t["number"] == "1.5")
-        assert test["output"] == "a hidden check failed (2 of 2)" and test["visibility"] == "after_published"
+        assert test["output"].endswith("; failed: check 1 (hidden)\na hidden check failed (2 of 2)".replace(
+            "check 1", f"check {len(TASKS['1.5'].steps()) + 2}")), test["output"]
+        assert test["visibility"] == "after_published"
         assert all(t["visibility"] == "visible" for t in data["tests"] if t["number"] != "1.5")
 
 
@@ -354,4 +365,38 @@ def test_an_empty_submission_gets_one_short_section(exported):
     assert "Nothing to grade" in gradescope(exported, "emma")["output"]
     missing = report.failure_details({t: Result(t, "missing", "no ex01_attention.py in emma/")
                                       for t in TASKS if t.startswith("1.")})
-    assert missing == ["", "missing:", "  ex01_attention.py (tasks 1.1-1.5): no ex01_attention.py in emma/"]
+    last = max((t for t in TASKS if t.startswith("1.")), key=lambda t: int(t.split(".")[1]))
+    assert missing == ["", "missing:", f"  ex01_attention.py (tasks 1.1-{last}): no ex01_attention.py in emma/"]
+
+
+def test_partial_credit_is_shown_everywhere_a_learner_looks():
+    """Which checks failed: the table, the details, the feedback, Gradescope, the wide CSV's cell, the score."""
+    ids = sorted(t for t in TASKS if TASKS[t].chapter == 1)
+    partial = Result("1.4", "fail", "attention(<2x2x5x4 float64>, ..., causal=True)\n  compared with x: 3 of 9 "
+                     "entries differ", checks=(True, False, True, False, True),
+                     failed=((2, "attention(..., causal=True)", ""), (4, "attention(..., causal=True)", "1 of 1")))
+    results = {t: Result(t, "pass", checks=(True, True)) for t in ids}
+    results["1.4"] = partial
+    results[ids[-1]] = Result(ids[-1], "missing", "no ex01_attention.py", checks=(False, False))
+    text = report.checks_text(partial)
+    assert text == "3 of 5 checks; failed: check 2 (attention(..., causal=True)), 4 (hidden 1 of 1: attention(..., " \
+                   "causal=True))"
+    assert report.checks_text(partial, learner=True).endswith("4 (hidden)")
+    row = next(line for line in report.task_table(results) if line.startswith("1.4 "))
+    assert "3/5" in row and "failed checks 2, 4: 3 of 9 entries differ" in row
+    assert "  " + text in report.failure_details(results)
+    points = report.default_points()
+    assert report.rows("ann", {"1.4": partial}, points).__next__()["points"] == "0.6"
+    assert report.failed_checks(results) == f"1.4: 2, 4; {ids[-1]}: all 2"
+    n = len(ids)
+    assert report.chapter_lines(results) == [f"chapter 1: {n - 2} of {n} tasks, {2 * (n - 2) + 3} of {2 * n + 3} "
+                                             "checks"]
+    assert report.score_line(results, "x", points) == f"score: {n - 2 + 0.6:g}/{n} points " \
+        f"({100 * (n - 1.4) / n:.0f}%), {n - 2}/{n} tasks pass [x]"
+    feedback_text = report.feedback_markdown("ann", results, points, "no sandbox")
+    assert "| 1.4 | attention | 0.6/1 | fail | 3/5 | failed checks 2, 4: 3 of 9 entries differ |" in feedback_text
+    assert "3 of 5 checks; failed: check 2 (attention(..., causal=True)), 4 (hidden)." in feedback_text
+    assert "partial credit" in feedback_text
+    test = next(t for t in report.gradescope_results(results, points)["tests"] if t["number"] == "1.4")
+    assert test["score"] == pytest.approx(0.6) and test["status"] == "failed"
+    assert test["output"].startswith("3 of 5 checks; failed: check 2") and "hidden 1 of 1" not in test["output"]

@@ -111,3 +111,24 @@ def test_a_repository_url_with_git_suffix(tmp_path):
     assert launch.parse_repo_url("https://github.com/o/r.git") == ("o", "r")
     assert launch.parse_repo_url("https://github.com/o/r/") == ("o", "r")
     assert os.path.basename(URL) == "minilin-course"
+
+
+def test_release_with_repo_url_badges_every_notebook_and_without_it_none(tmp_path, capsys):
+    from minilin.grading import release
+    with_url, without = tmp_path / "published", tmp_path / "plain"
+    assert release.main([str(with_url), "--repo-url", URL, "--branch", "course-2027"]) == 0
+    assert release.main([str(without)]) == 0
+    assert "added Colab and Binder badges" in capsys.readouterr().out
+    for name in NOTEBOOKS:
+        badged, plain = cells(with_url / "notebooks" / name), cells(without / "notebooks" / name)
+        assert f"github/example-org/minilin-course/blob/course-2027/notebooks/{name})" in "".join(badged[0]["source"])
+        assert launch.TAG in badged[1]["metadata"].get("tags", [])
+        assert len(badged) == len(plain) + 1
+        assert not any("colab" in "".join(c["source"]).lower() for c in plain), name
+
+
+def test_release_refuses_a_bad_repo_url_before_writing_anything(tmp_path):
+    from minilin.grading import release
+    with pytest.raises(UsageError, match="OWNER/REPO"):
+        release.main([str(tmp_path / "out"), "--repo-url", "https://example.org/x"])
+    assert not (tmp_path / "out").exists()

@@ -18,10 +18,12 @@ def requirement_name(req):
 
 def pyproject_packages():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    # the library and the course extra; the optional `fla` extra (a 1 GB triton, for one peer test) is left to
-    # `pip install -e ".[fla]"` in either environment, as the README says
+    # the library and the course extra; the optional `fla` extra (a 1 GB triton, for one peer test) and `site`
+    # extra (the course website's builder) are left to `pip install -e ".[fla]"` / `".[site]"` in either
+    # environment, as the README says
     extras = project["optional-dependencies"]
-    reqs = project["dependencies"] + [r for name, extra in extras.items() if name != "fla" for r in extra]
+    reqs = project["dependencies"] + [r for name, extra in extras.items() if name not in ("fla", "site")
+                                      for r in extra]
     return {requirement_name(r) for r in reqs}
 
 
@@ -42,14 +44,19 @@ def test_environment_yml_lists_the_same_packages_as_pyproject():
 
 
 @pytest.mark.needs_solutions
-def test_grade_command_scores_solutions_and_stubs():
-    def grade(impl):
-        return subprocess.run([sys.executable, "-m", "minilin", "grade", "--chapter", "1", "--impl", impl],
+def test_grade_command_scores_solutions_and_stubs(tmp_path):
+    from minilin.grading.course import TASKS
+    from minilin.grading.release import write_stubs
+    write_stubs(ROOT / "exercises", tmp_path / "stubs")  # the stubs as released, whatever exercises/ holds
+
+    def grade(*where):
+        return subprocess.run([sys.executable, "-m", "minilin", "grade", "--chapter", "1", *where],
                               capture_output=True, text=True, cwd=ROOT, timeout=300)
-    solved, stubs = grade("solutions"), grade("exercises")
+    solved, stubs = grade("--impl", "solutions"), grade("--folder", str(tmp_path / "stubs"))
+    n = sum(t.chapter == 1 for t in TASKS.values())
     assert solved.returncode == 0, solved.stderr
-    assert "score: 5/5 tasks (100%) [solutions]" in solved.stdout
-    assert "score: 0/5 tasks (0%) [exercises]" in stubs.stdout
+    assert f"score: {n}/{n} points (100%), {n}/{n} tasks pass [solutions]" in solved.stdout
+    assert stubs.returncode == 1 and f"score: 0/{n} points (0%), 0/{n} tasks pass [stubs]" in stubs.stdout
 
 
 def test_cli_help_lists_every_command():

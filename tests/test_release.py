@@ -159,7 +159,8 @@ def test_workflow_results_are_the_reporters_format_with_the_graders_points(relea
         assert test["score"] == graded[task_id]["score"], task_id  # the same points as `minilin grade`
         expected = "fail" if task_id == "1.5" else "pass"
         assert result["status"] == expected and (test["score"] == 0) == (expected == "fail"), task_id
-    assert "score_matrix_bytes" in classroom.results["1.5"]["tests"][0]["message"]
+    message = classroom.results["1.5"]["tests"][0]["message"]
+    assert "score_matrix_bytes" in message and re.match(r"\d+ of \d+ checks pass: ", message), message
     assert "# Feedback:" in classroom.stdout and "1.5" in classroom.stdout  # the feedback, in the Actions log
 
 
@@ -220,6 +221,24 @@ def test_release_readme_describes_the_students_folder_and_grading_on_push(releas
         assert words in text, words
     assert text.startswith((ROOT / "README.md").read_text(encoding="utf-8").splitlines()[0] + "\n")
     assert "<!--" not in text
+    assert "partial credit" in text and "earns 3/5 of its points" in text  # how a task's checks score
+    assert "partial" in (release.out / WORKFLOW).read_text(encoding="utf-8")
+
+
+def test_rubric_weights_reach_the_release_and_a_wrong_count_names_the_fix(tmp_path):
+    from minilin.grading.release import main as release_main
+    from minilin.grading.release import rubric_toml
+    count = len(TASKS["1.4"].steps())
+    (tmp_path / "r.toml").write_text(f'[points]\n"1.4" = 3\n[weights]\n"1.4" = {[1] * (count - 1) + [2]}\n')
+    points = load_rubric(tmp_path / "r.toml")
+    written = tomllib.loads(rubric_toml(points))
+    assert written["weights"] == {"1.4": [1] * (count - 1) + [2]} and written["points"]["1.4"] == 3
+    (tmp_path / "again.toml").write_text(rubric_toml(points))
+    assert load_rubric(tmp_path / "again.toml").weights == points.weights  # the shipped rubric reads back
+    (tmp_path / "bad.toml").write_text(f'[weights]\n"1.4" = [1, 2]\n')
+    with pytest.raises(UsageError, match=f"task 1.4 has {count} checks: give {count} weights"):
+        release_main([str(tmp_path / "out"), "--rubric", str(tmp_path / "bad.toml")])
+    assert not (tmp_path / "out").exists()  # checked before anything is written
 
 
 def test_release_notebook_00_drops_the_teachers_cells_and_keeps_the_students():

@@ -14,6 +14,7 @@ calls the function and sends the outputs back; the grader compares them and scor
     pipe        the grader's end of a child process: its framed pipe, and how it ended (ChildGone)
     submission  finds a submission's files when they are misnamed or one folder too deep
     report      the learner's table, the gradebooks (long, wide), feedback, Gradescope's results.json
+    rubric      points per task and weights per check (partial credit: a task earns its passed checks' share)
     release     the student copy of the course (no solutions, a GitHub Classroom workflow), the Gradescope bundle
     classroom   the Classroom workflow's grading step: one run, one result per task for the grading reporter
 """

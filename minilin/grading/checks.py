@@ -215,6 +215,7 @@ class Task:
     title: str
     build: object  # generator function: one Fn per function -> Steps
     extra: list = dataclasses.field(default_factory=list)  # hidden (teacher) check builders, set per session
+    extend: bool = False  # an extend task: the chapter's idea on a case no notebook cell solves
 
     @property
     def chapter(self):
@@ -248,11 +249,14 @@ class Chapter:
     def file(self):
         return f"{self.module}.py"
 
-    def task(self, task_id, *functions):
-        """Decorator: register a check builder for task `task_id`, grading the learner's `functions`."""
+    def task(self, task_id, *functions, extend=False):
+        """Decorator: register a check builder for task `task_id`, grading the learner's `functions`.
+
+        extend=True marks an extend task: its solution appears in no notebook (a test holds them to that).
+        """
         def register(build):
             title = (build.__doc__ or build.__name__).strip().splitlines()[0]
-            self.tasks[task_id] = Task(task_id, functions, title, build)
+            self.tasks[task_id] = Task(task_id, functions, title, build, extend=extend)
             return build
         return register
 

@@ -3,7 +3,8 @@
 The workflow that `python -m minilin release` writes (.github/workflows/classroom.yml) runs this as its one
 grading step: every task is graded in a single run of the grader (one `import torch`, one child process per
 chapter), exactly as `python -m minilin grade --submissions` grades a class of one, so the points are the
-gradebook's. It prints the feedback file a teacher would hand out, then appends one line per task to
+gradebook's: partial credit, each check of a task scoring on its own (a task passing 3 of its 4 checks gets 3/4
+of its points, and its message names the checks that failed). It prints the feedback file a teacher would hand out, then appends one line per task to
 $GITHUB_OUTPUT (or --output FILE):
 
     task-1-1=<base64 of the JSON result of GitHub Classroom's command grader for task 1.1>
@@ -112,6 +113,8 @@ def reporter_results(rows):
         if message[:1] == "'" and message[1:2] in ("=", "+", "-", "@", "\t", "\r"):
             message = message[1:]  # a spreadsheet's formula guard; the reporter prints plain text
         status = REPORTER_STATUS[row["status"]]
+        if row.get("checks_total", "0") not in ("", "0") and row["status"] != "pass":  # partial credit, said first
+            message = f"{row['checks_passed']} of {row['checks_total']} checks pass: {message}"
         result = {"version": 1, "status": status, "max_score": number(row["max_points"]),
                   "tests": [{"name": test_name(task_id), "status": status, "score": number(row["points"]),
                              "message": message or None, "test_code": grade_command(task_id),

@@ -7,7 +7,8 @@ from minilin.cli import UsageError
 from minilin.grading import checks
 
 COURSE_CHAPTERS = tuple(range(1, 9))  # notebooks 01-08 (00 is the start page)
-EXERCISE_MODULES = ("ex01_attention", "ex02_lowrank", "ex03_linformer", "ex04_performer", "ex05_peers", "ex07_lm")
+EXERCISE_MODULES = ("ex01_attention", "ex02_lowrank", "ex03_linformer", "ex04_performer", "ex05_peers", "ex06_memory",
+                    "ex07_lm", "ex08_limits")
 
 
 def _load():

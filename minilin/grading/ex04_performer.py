@@ -1,10 +1,10 @@
-"""Checks for exercises/ex04_performer.py (Tasks 4.1-4.4), against minilin.performer."""
+"""Checks for exercises/ex04_performer.py (Tasks 4.1-4.6), against minilin.performer."""
 import math
 
 import torch
 
 from minilin.grading.calls import Gen
-from minilin.grading.checks import Chapter, check, close, expect, expect_close, gen, kind, rand
+from minilin.grading.checks import Chapter, captured, check, expect, expect_close, gen, kind, rand, raises
 from minilin.performer import causal_linear_attention as reference_causal
 from minilin.performer import favor_attention, gaussian_projection, positive_features
 
@@ -18,13 +18,35 @@ def tensor(call, got, shape=None, dtype=None):
            (f" ({dtype})" if dtype else ""))
 
 
+def all_close(pairs, what, atol=1e-10, rtol=0.0):
+    """One Step: every (call, expected) pair must match; the failure names the first call that does not."""
+    def judge(*results):
+        for (call, exp), got in zip(pairs, results):
+            expect_close(got, exp, call=call, what=what, atol=atol, rtol=rtol)
+    return check(*[c for c, _ in pairs], judge=judge)
+
+
+def not_quadratic(call, n, m):
+    """A step: no matrix product computed during `call` may have both last dimensions >= n/2 and >= m/2 (the
+    inputs' other sizes are all far smaller), i.e. nothing of the size of the (N, M) attention matrix."""
+    spy = captured(call, "matmul_shapes")
+
+    def judge(got):
+        big = [p for p in got["products"] if min(p) >= min(n, m) // 2 and max(p) >= max(n, m) // 2]
+        expect(not big, spy, f"computed matrix products of shape {sorted(set(big))[:3]} for N = {n}, M = {m}: "
+                             f"the cost grows like N·M (quadratic); use the associativity of the products")
+    return check(spy, judge=judge)
+
+
 @CHAPTER.task("4.1", "positive_random_features")
 def positive_random_features(f):
     """Lemma 1's positive random features, unbiased for exp(xᵀy)"""
-    x = rand(2, 3, 5, 4, seed=1, scale=0.7)
-    w = gaussian_projection(6, 4, generator=gen(2), dtype=torch.float64)
-    yield close(f(x, w), positive_features(x, w, is_query=False, stabilize=False, normalize=False),
-                what="exp(Wx - |x|²/2) / √m", atol=0.0, rtol=1e-12)
+    pairs = []
+    for i, (shape, m) in enumerate((((2, 3, 5, 4), 6), ((3, 2, 7, 6), 9), ((5, 3), 4))):
+        x = rand(*shape, seed=1 + i, scale=0.7)
+        w = gaussian_projection(m, shape[-1], generator=gen(2 + i), dtype=torch.float64)
+        pairs.append((f(x, w), positive_features(x, w, is_query=False, stabilize=False, normalize=False)))
+    yield all_close(pairs, "exp(Wx - |x|²/2) / √m", atol=0.0, rtol=1e-12)
     # Seeds 3/4/5: 20000 features of d=3 for 2 pairs; the mean of φ(x)·φ(y) over 200 groups of 100 features
     # must be within 4 standard errors of exp(xᵀy).
     x, y = rand(2, 3, seed=3, scale=0.5), rand(2, 3, seed=4, scale=0.5)
@@ -44,22 +66,75 @@ def positive_random_features(f):
     yield check(fx, fy, judge=unbiased)
 
 
+ORTHO_SHAPES = ((10, 4), (13, 5))  # m not a multiple of D: the last block is shorter
+
+
 @CHAPTER.task("4.2", "orthogonal_projection")
 def orthogonal_projection(f):
     """block-orthogonal Gaussian rows with chi(D) lengths"""
-    call, again = f(10, 4, Gen(6)), f(10, 4, Gen(6))
+    calls = [f(m, d, Gen(6 + i)) for i, (m, d) in enumerate(ORTHO_SHAPES)]
 
-    def blocks(w, w2):
-        tensor(call, w, (10, 4), torch.float64)
-        unit = w / w.norm(dim=1, keepdim=True)
-        for name, block in (("rows 0-3", unit[0:4]), ("rows 4-7", unit[4:8]), ("rows 8-9", unit[8:10])):
-            expect_close(block @ block.T, torch.eye(len(block), dtype=torch.float64), call=call, atol=1e-12,
-                         what=f"the identity: {name} are one block, orthonormal after normalising")
-        expect(float((unit[0:4] @ unit[4:8].T).abs().max()) > 1e-3, call,
-               "blocks 1 and 2 are orthogonal to each other: each block must be an independent draw")
-        expect(float(w.norm(dim=1).std()) > 0.05, call, "all rows have the same length: draw chi(D) lengths")
+    def shapes(*got):
+        for call, (m, d), w in zip(calls, ORTHO_SHAPES, got):
+            tensor(call, w, (m, d), torch.float64)
+    yield check(*calls, judge=shapes)
+
+    def orthonormal(*got):
+        shapes(*got)
+        for call, (m, d), w in zip(calls, ORTHO_SHAPES, got):
+            unit = w / w.norm(dim=1, keepdim=True)
+            for start in range(0, m, d):
+                block = unit[start:start + d]
+                expect_close(block @ block.T, torch.eye(len(block), dtype=torch.float64), call=call, atol=1e-12,
+                             what=f"the identity: rows {start}-{start + len(block) - 1} are one block, "
+                                  f"orthonormal after normalising")
+    yield check(*calls, judge=orthonormal)
+
+    def independent(*got):
+        shapes(*got)
+        for call, (m, d), w in zip(calls, ORTHO_SHAPES, got):
+            unit = w / w.norm(dim=1, keepdim=True)
+            expect(float((unit[0:d] @ unit[d:2 * d].T).abs().max()) > 1e-3, call,
+                   "blocks 1 and 2 are orthogonal to each other: each block must be an independent draw")
+    yield check(*calls, judge=independent)
+    again = f(10, 4, Gen(6))
+
+    def same_seed(w, w2):
+        tensor(calls[0], w, (10, 4), torch.float64)
         expect_close(w2, w, call=again, atol=0.0, what="the first draw with the same seed (use the generator)")
-    yield check(call, again, judge=blocks)
+    yield check(calls[0], again, judge=same_seed)
+    # chi(D) lengths: seed 8, 8000 rows of D = 4 (2000 blocks). The fraction of rows with |w|² below 2, 4, 8
+    # must be within 4 standard errors (sqrt(p(1-p)/8000) <= 0.0056) of the chi²(4) CDF at those points;
+    # unit rows (all below 2), rows of length √D (all at 4) and lengths drawn once per block fail.
+    many = f(8000, 4, Gen(8))
+
+    def chi(w):
+        tensor(many, w, (8000, 4), torch.float64)
+        sq = (w * w).sum(-1)
+        for x in (2.0, 4.0, 8.0):
+            p = float(torch.special.gammainc(torch.tensor(2.0, dtype=torch.float64), torch.tensor(x / 2)))
+            got, se = float((sq < x).double().mean()), math.sqrt(p * (1 - p) / 8000)
+            expect(abs(got - p) <= 4 * se, many, f"fraction of rows with |w|² < {x:g}: {got:.4f}, expected the "
+                   f"chi²(4) probability {p:.4f} ± {4 * se:.4f} (4 standard errors): row lengths must be chi(D) "
+                   f"draws, one per row")
+        per_block = sq.view(2000, 4)
+        spread = float((per_block.std(-1) / per_block.mean(-1)).mean())
+        expect(spread > 0.2, many, f"the rows of a block have nearly equal lengths (mean relative spread "
+                                   f"{spread:.3f}): draw one length per row, not per block")
+    yield check(many, judge=chi)
+    # Uniform directions (the sign fix): seed 9, 2000 blocks of D = 4. For every row position within a block
+    # and every coordinate, the fraction of blocks where that entry is negative must be 0.5 ± 0.045 (4 standard
+    # errors of sqrt(0.25/2000)); a QR without the sign fix makes row 0's first coordinate negative every time.
+    signs = f(8000, 4, Gen(9))
+
+    def symmetric(w):
+        tensor(signs, w, (8000, 4), torch.float64)
+        negative = (w.view(2000, 4, 4) < 0).double().mean(0)  # (row in block, coordinate)
+        worst = float((negative - 0.5).abs().max())
+        i, j = divmod(int((negative - 0.5).abs().argmax()), 4)
+        expect(worst <= 0.045, signs, f"entry ({i}, {j}) of a block is negative in {float(negative[i, j]):.1%} "
+               f"of 2000 blocks, expected 50% ± 4.5%: the directions are not uniform (fix the signs of QR)")
+    yield check(signs, judge=symmetric)
     # E[w wᵀ] = I for a row with a uniform direction and chi(D) length (unit rows would give I/3).
     # Seed 7, 900 rows of D=3: entries of the sample second moment have standard error <= sqrt(2/900)
     # = 0.047; 0.2 is > 4 of them, and 3x smaller than the I/3 mistake.
@@ -76,9 +151,12 @@ def orthogonal_projection(f):
 @CHAPTER.task("4.3", "favor_noncausal")
 def favor_noncausal(f):
     """stabilised non-causal FAVOR+"""
-    q, k, v = rand(2, 2, 7, 8, seed=8), rand(2, 2, 9, 8, seed=9), rand(2, 2, 9, 3, seed=10)
-    w = gaussian_projection(16, 8, generator=gen(11), dtype=torch.float64)
-    yield close(f(q, k, v, w), favor_attention(q, k, v, w), what="minilin.performer.favor_attention(q, k, v, w)")
+    pairs = []
+    for i, (B, H, N, M, D, Dv, m) in enumerate(((2, 2, 7, 9, 8, 3, 16), (3, 2, 5, 11, 4, 5, 6))):
+        q, k, v = rand(B, H, N, D, seed=8 + i), rand(B, H, M, D, seed=9 + i), rand(B, H, M, Dv, seed=10 + i)
+        w = gaussian_projection(m, D, generator=gen(11 + i), dtype=torch.float64)
+        pairs.append((f(q, k, v, w), favor_attention(q, k, v, w)))
+    yield all_close(pairs, "minilin.performer.favor_attention(q, k, v, w), float64")
     g = gen(12)
     q, k = (torch.empty(1, 2, 30, 16).uniform_(-20, 20, generator=g) for _ in range(2))
     v = torch.randn(1, 2, 30, 4, generator=g)
@@ -94,21 +172,38 @@ def favor_noncausal(f):
         expect_close(got.double()[ok], ref[ok], call=call, atol=1e-3, dtype=False,
                      what="favor_attention in float64 (rows float64 resolves)")
     yield check(call, judge=stable)
+    q, k, v = rand(1, 2, 48, 4, seed=14), rand(1, 2, 64, 4, seed=15), rand(1, 2, 64, 3, seed=16)
+    yield not_quadratic(f(q, k, v, gaussian_projection(8, 4, generator=gen(17), dtype=torch.float64)), 48, 64)
+
+
+def masked_quadratic(phi_q, phi_k, v):
+    """Loop reference: query i (of N) sees keys j <= i + M - N (bottom-right aligned)."""
+    N, M = phi_q.shape[2], phi_k.shape[2]
+    out = torch.zeros(*phi_q.shape[:3], v.shape[-1], dtype=torch.float64)
+    for i in range(N):
+        a = phi_q[:, :, i:i + 1] @ phi_k[:, :, :i + M - N + 1].transpose(-2, -1)  # (B, H, 1, visible)
+        out[:, :, i] = ((a / a.sum(-1, keepdim=True)) @ v[:, :, :i + M - N + 1])[:, :, 0]
+    return out
+
+
+def features(B, H, N, M, m, Dv, seed):
+    g = gen(seed)
+    return (torch.rand(B, H, N, m, generator=g, dtype=torch.float64) + 0.05,
+            torch.rand(B, H, M, m, generator=g, dtype=torch.float64) + 0.05,
+            torch.randn(B, H, M, Dv, generator=g, dtype=torch.float64))
 
 
 @CHAPTER.task("4.4", "causal_linear_attention")
 def causal_linear_attention(f):
     """causal linear attention by prefix sums, with no leak from the future"""
-    g = gen(14)
-    phi_q = torch.rand(2, 3, 11, 5, generator=g, dtype=torch.float64)
-    phi_k = torch.rand(2, 3, 11, 5, generator=g, dtype=torch.float64)
-    v = torch.randn(2, 3, 11, 4, generator=g, dtype=torch.float64)
-    yield close(f(phi_q, phi_k, v), reference_causal(phi_q, phi_k, v, chunk_size=4),
-                what="minilin.performer.causal_linear_attention")
-    a = (phi_q @ phi_k.transpose(-2, -1)).tril()  # the quadratic form it must equal
-    yield close(f(phi_q, phi_k, v), (a / a.sum(-1, keepdim=True)) @ v, what="the masked quadratic form")
+    shapes = ((2, 3, 11, 5, 4), (3, 2, 6, 3, 2))  # (B, H, N, m, Dv)
+    inputs = [features(B, H, N, N, m, Dv, seed=14 + i) for i, (B, H, N, m, Dv) in enumerate(shapes)]
+    yield all_close([(f(*x), reference_causal(*x, chunk_size=4)) for x in inputs],
+                    "minilin.performer.causal_linear_attention")
+    yield all_close([(f(*x), masked_quadratic(*x)) for x in inputs], "the masked quadratic form (a loop)")
     yield no_future_leak(f, lambda x: (x[..., :4].abs() + 0.1, x[..., 4:8].abs() + 0.1, x[..., 8:]),
                          rand(1, 1, 8, 10, seed=16), "φ(q), φ(k) and v")
+    yield not_quadratic(f(*features(1, 2, 96, 96, 4, 3, seed=18)), 96, 96)
 
 
 def no_future_leak(f, unpack, x, what, **kwargs):
@@ -128,3 +223,98 @@ def no_future_leak(f, unpack, x, what, **kwargs):
                          what=f"the outputs before position {s} with the original inputs: changing {what} at "
                               f"positions >= {s} changed an earlier output, so the future leaks")
     return check(*calls, judge=judge)
+
+
+# ---- extend tasks: the idea on cases notebook 04 does not solve ------------------------------------------
+def unstabilised_causal(q, k, v, w):
+    """float64 spec of causal FAVOR+: plain positive features of x' = x D^(-1/4), then a loop over queries."""
+    pq, pk = (positive_features(x, w, is_query=False, stabilize=False) for x in (q, k))  # scaling: D^(-1/4)
+    return masked_quadratic(pq, pk, v)
+
+
+@CHAPTER.task("4.5", "favor_causal", extend=True)
+def favor_causal(f):
+    """causal FAVOR+ whose stabiliser never reads the future"""
+    pairs = []
+    for i, (B, H, N, D, Dv, m) in enumerate(((2, 3, 9, 8, 3, 16), (3, 2, 12, 4, 5, 6))):
+        q, k, v = (rand(B, H, N, d, seed=30 + 3 * i + j, scale=0.6) for j, d in enumerate((D, D, Dv)))
+        w = gaussian_projection(m, D, generator=gen(40 + i), dtype=torch.float64)
+        pairs.append((f(q, k, v, w), unstabilised_causal(q, k, v, w)))
+    yield all_close(pairs, "the unstabilised causal FAVOR+ estimate (float64 features, a loop over queries)")
+    # bit for bit: scaling the keys from position s on by 4 raises any maximum taken over all keys, which a
+    # stabiliser that reads the future would feel at every earlier position (in round-off at least)
+    q, k, v = rand(2, 2, 10, 8, seed=50), rand(2, 2, 10, 8, seed=51), rand(2, 2, 10, 3, seed=52)
+    w = gaussian_projection(16, 8, generator=gen(53), dtype=torch.float64)
+    cuts = (1, 4, 7, 9)
+    base, later = f(q, k, v, w), []
+    for s in cuts:
+        k_s = k.clone()
+        k_s[:, :, s:] *= 4.0
+        later.append(f(q, k_s, v, w))
+
+    def untouched(b, *others):
+        tensor(base, b, (2, 2, 10, 3))
+        for s, call, got in zip(cuts, later, others):
+            tensor(call, got, (2, 2, 10, 3))
+            expect_close(got[:, :, :s], b[:, :, :s], call=call, atol=0.0,
+                         what=f"the outputs before position {s} with the original keys (bit for bit): scaling the "
+                              f"keys at positions >= {s} by 4 changed an earlier output, so the stabiliser reads "
+                              f"the future")
+    yield check(base, *later, judge=untouched)
+    g = gen(54)
+    q, k = (torch.empty(1, 2, 30, 16).uniform_(-20, 20, generator=g) for _ in range(2))
+    v = torch.randn(1, 2, 30, 4, generator=g)
+    w = gaussian_projection(32, 16, generator=gen(55))
+    ref = favor_attention(q.double(), k.double(), v.double(), w.double(), causal=True)
+    ok = torch.isfinite(ref).all(-1) & (ref.abs().sum(-1) > 0)  # rows that float64 itself resolves
+    call = f(q, k, v, w)
+
+    def stable(got):
+        tensor(call, got, (1, 2, 30, 4))
+        expect(bool(torch.isfinite(got).all()), call, "inf or NaN in float32 with entries up to ±20: scale each "
+               "key by a running maximum of the exponents of the keys so far, each query by its own row maximum")
+        expect_close(got.double()[ok], ref[ok], call=call, atol=1e-3, dtype=False,
+                     what="favor_attention(..., causal=True) in float64 (rows float64 resolves)")
+    yield check(call, judge=stable)
+    q, k, v = rand(1, 2, 96, 4, seed=56), rand(1, 2, 96, 4, seed=57), rand(1, 2, 96, 3, seed=58)
+    yield not_quadratic(f(q, k, v, gaussian_projection(8, 4, generator=gen(59), dtype=torch.float64)), 96, 96)
+
+
+PREFIX_SHAPES = ((2, 3, 5, 9, 4, 3), (3, 2, 7, 7, 6, 2), (2, 2, 3, 11, 3, 4))  # (B, H, N, M, m, Dv), N <= M
+
+
+@CHAPTER.task("4.6", "causal_prefix_attention", extend=True)
+def causal_prefix_attention(f):
+    """causal linear attention for N queries that are the last N of M positions"""
+    inputs = [features(*s, seed=60 + i) for i, s in enumerate(PREFIX_SHAPES)]
+    yield all_close([(f(*x), masked_quadratic(*x)) for x in inputs],
+                    "the bottom-right masked quadratic form (a loop: query i sees keys j <= i + M - N)")
+    yield all_close([(f(*x), reference_causal(*x, chunk_size=3)) for x in inputs],
+                    "minilin.performer.causal_linear_attention (bottom-right aligned)")
+    single = [features(B, H, 1, M, m, Dv, seed=70 + i) for i, (B, H, _, M, m, Dv) in enumerate(PREFIX_SHAPES)]
+    pairs = []
+    for pq, pk, v in single:
+        a = pq @ pk.transpose(-2, -1)  # (B, H, 1, M): the last position sees every key
+        pairs.append((f(pq, pk, v), (a / a.sum(-1, keepdim=True)) @ v))
+    yield all_close(pairs, "non-causal linear attention over all M keys (N = 1: the last position)")
+    pq, pk, v = features(1, 2, 4, 9, 3, 2, seed=80)
+    calls = []
+    for t in range(4):  # change everything query t may not see: keys and values after t + M - N, later queries
+        pq_t, pk_t, v_t = pq.clone(), pk.clone(), v.clone()
+        pk_t[:, :, t + 6:] = pk_t[:, :, t + 6:] * 3 + 0.5
+        v_t[:, :, t + 6:] = rand(1, 2, 3 - t, 2, seed=81 + t)
+        pq_t[:, :, t + 1:] = pq_t[:, :, t + 1:] * 2
+        calls.append(f(pq_t, pk_t, v_t))
+    base = f(pq, pk, v)
+
+    def no_leak(b, *others):
+        tensor(base, b, (1, 2, 4, 2))
+        for t, (call, got) in enumerate(zip(calls, others)):
+            tensor(call, got, (1, 2, 4, 2))
+            expect_close(got[:, :, :t + 1], b[:, :, :t + 1], call=call, atol=1e-12,
+                         what=f"the outputs of queries 0..{t} with the original inputs: changing keys and values "
+                              f"after position {t} + M - N = {t + 5} changed them, so the future leaks")
+    yield check(base, *calls, judge=no_leak)
+    yield not_quadratic(f(*features(1, 2, 64, 96, 4, 3, seed=82)), 64, 96)
+    yield raises(f(*features(1, 1, 5, 3, 2, 2, seed=83)), "ValueError",
+                 why="(5 queries but 3 keys: the queries must be the last N of the M positions)")

@@ -1,10 +1,13 @@
-"""Checks for exercises/ex05_peers.py (Tasks 5.1-5.5), against minilin.efficient, minilin.model and the peers."""
+"""Checks for exercises/ex05_peers.py (Tasks 5.1-5.7), against minilin.efficient, minilin.linear, minilin.model,
+the peers, and loops written here (5.7)."""
 import copy
 import importlib
+import warnings
 
 import torch
 
-from minilin.grading.checks import CannotGrade, Chapter, captured, check, close, equal, expect, expect_close, rand
+from minilin.grading.checks import (CannotGrade, Chapter, captured, check, close, equal, expect, expect_close, kind,
+                                    rand)
 from minilin.grading.ex04_performer import no_future_leak
 
 CHAPTER = Chapter(5, "ex05_peers", "efficient attention, weight transplants, FLOPs")
@@ -18,15 +21,31 @@ def peer(module):
         raise CannotGrade(f"{module} is not installed (pip install -e \".[course]\"): {err}") from None
 
 
+def no_quadratic_product(call, n, m, out_shape):
+    """A step: among the matrix products the call forms, none is (n x m) or (m x n): no score matrix."""
+    def judge(got):
+        products = got.get("products") if isinstance(got, dict) else None
+        expect(isinstance(products, list), call, f"returned {kind(got)}; expected the function's output")
+        expect(tuple(got.get("shape", ())) == out_shape, call, f"output shape {got.get('shape')}, expected {out_shape}")
+        square = sorted({p for p in products if tuple(p) in ((n, m), (m, n))})
+        expect(not square, call, f"formed a matrix product of shape {square[:1]}: an (N x M) = ({n} x {m}) score "
+                                 f"matrix; sum over the keys first. Products recorded: {products[:8]}")
+    return check(call, judge=judge)
+
+
 @CHAPTER.task("5.1", "efficient_attention")
 def efficient_attention(f):
     """Shen et al.'s efficient attention with a padding mask"""
     from minilin.efficient import efficient_attention as reference
     q, k, v = rand(2, 3, 5, 4, seed=1), rand(2, 3, 7, 4, seed=2), rand(2, 3, 7, 3, seed=3)
+    yield close(f(q, k, v), reference(q, k, v), what="minilin.efficient.efficient_attention(q, k, v), D = 4")
+    q2, k2, v2 = rand(3, 2, 6, 6, seed=11), rand(3, 2, 4, 6, seed=12), rand(3, 2, 4, 2, seed=13)
+    yield close(f(q2, k2, v2), reference(q2, k2, v2), what="the reference with D = 6, N = 6 > M = 4, Dv = 2")
     yield close(f(q, k, v, mask=MASK), reference(q, k, v, mask=MASK),
-                what="minilin.efficient.efficient_attention(q, k, v, mask=mask); sequence 2 has no real key: zeros")
+                what="the reference with a padding mask; sequence 2 has no real key: zeros")
     yield close(f(q, k * 50.0, v), reference(q, k * 50.0, v), what="the reference with keys x 50 (stability)")
-    yield close(f(q, k, v), reference(q, k, v), what="minilin.efficient.efficient_attention(q, k, v)")
+    q3, k3, v3 = rand(2, 2, 7, 4, seed=14), rand(2, 2, 9, 4, seed=15), rand(2, 2, 9, 3, seed=16)
+    yield no_quadratic_product(captured(f(q3, k3, v3), "matmul_shapes"), 7, 9, (2, 2, 7, 3))
 
 
 @CHAPTER.task("5.2", "causal_efficient_attention")
@@ -37,34 +56,19 @@ def causal_efficient_attention(f):
     for bucket in (1, 2, 4):
         yield close(f(q, k, v, bucket_size=bucket), reference(q, k, v, causal=True, bucket_size=bucket),
                     what=f"minilin.efficient.efficient_attention(q, k, v, causal=True, bucket_size={bucket})")
+    q2, k2, v2 = rand(3, 3, 11, 6, seed=21), rand(3, 3, 11, 6, seed=22), rand(3, 3, 11, 2, seed=23)
+    for bucket in (1, 3):
+        yield close(f(q2, k2, v2, bucket_size=bucket), reference(q2, k2, v2, causal=True, bucket_size=bucket),
+                    what=f"the reference with N = 11, D = 6, Dv = 2, bucket_size={bucket} (a last bucket cut short)")
+    for bucket in (1, 4):
         yield no_future_leak(f, lambda x: (x, x, x), rand(1, 2, 8, 4, seed=7), "q, k and v", bucket_size=bucket)
+    yield no_quadratic_product(captured(f(q2, k2, v2), "matmul_shapes"), 11, 11, (3, 3, 11, 2))
 
 
 def _seeded(seed, build):
     with torch.random.fork_rng():
         torch.manual_seed(seed)
         return build()
-
-
-@CHAPTER.task("5.3", "transplant_into_lat")
-def transplant_into_lat(f):
-    """our EfficientSelfAttention's weights into linear-attention-transformer"""
-    from minilin.efficient import EfficientSelfAttention
-    lat_module = peer("linear_attention_transformer.linear_attention_transformer")
-    ours = _seeded(0, lambda: EfficientSelfAttention(24, heads=3).double())
-    lat = _seeded(1, lambda: lat_module.SelfAttention(24, 3).double())
-    call = captured(f(ours, lat), "module:1")  # send back lat's state_dict after the transplant
-    x = rand(2, 10, 24, seed=8)
-    mask = torch.ones(2, 10, dtype=torch.bool)
-    mask[0, 7:] = False
-
-    def judge(got):
-        filled = load_state(call, lat, got)
-        with torch.no_grad():
-            expect_close(filled(x), ours(x), call=call, what="ours(x), with lat given the returned weights")
-            expect_close(filled(x, input_mask=mask), ours(x, mask=mask), call=call,
-                         what="ours(x, mask=mask) (padding mask)")
-    yield check(call, judge=judge)
 
 
 def load_state(call, module, got):
@@ -79,22 +83,49 @@ def load_state(call, module, got):
     return filled
 
 
+@CHAPTER.task("5.3", "transplant_into_lat")
+def transplant_into_lat(f):
+    """our EfficientSelfAttention's weights into linear-attention-transformer"""
+    from minilin.efficient import EfficientSelfAttention
+    lat_module = peer("linear_attention_transformer.linear_attention_transformer")
+    for dim, heads, dim_head, seed in ((24, 3, 8, 0), (20, 2, 5, 3)):  # D = 8, then D = 5 (dim_head != dim / heads)
+        ours = _seeded(seed, lambda: EfficientSelfAttention(dim, heads=heads, dim_head=dim_head).double())
+        lat = _seeded(seed + 1, lambda: lat_module.SelfAttention(dim, heads, dim_head=dim_head).double())
+        call = captured(f(ours, lat), "module:1")  # send back lat's state_dict after the transplant
+        x = rand(2, 10, dim, seed=8 + seed)
+        mask = torch.ones(2, 10, dtype=torch.bool)
+        mask[0, 7:] = False
+
+        def judge(got, call=call, ours=ours, lat=lat, x=x, mask=mask, dim_head=dim_head):
+            filled = load_state(call, lat, got)
+            with torch.no_grad():
+                expect_close(filled(x), ours(x), call=call,
+                             what=f"ours(x), with lat given the returned weights (head dim D = {dim_head})")
+                expect_close(filled(x, input_mask=mask), ours(x, mask=mask), call=call,
+                             what=f"ours(x, mask=mask) (padding mask, D = {dim_head})")
+        yield check(call, judge=judge)
+
+
 @CHAPTER.task("5.4", "linformer_into_ours")
 def linformer_into_ours(f):
     """a `linformer` LinformerSelfAttention's weights into ours"""
     from minilin.linformer import LinformerSelfAttention
     linformer = peer("linformer")
-    theirs = _seeded(1, lambda: linformer.LinformerSelfAttention(dim=24, seq_len=16, k=4, heads=3).double())
-    ours = _seeded(2, lambda: LinformerSelfAttention(24, heads=3, seq_len=16, proj_len=4, sharing="headwise").double())
-    call = captured(f(theirs, ours), "module:1")
+    for dim, heads, seq_len, k, lengths in ((24, 3, 16, 4, (16, 11)), (30, 5, 12, 6, (12, 7))):
+        theirs = _seeded(1, lambda: linformer.LinformerSelfAttention(dim=dim, seq_len=seq_len, k=k,
+                                                                      heads=heads).double())
+        ours = _seeded(2, lambda: LinformerSelfAttention(dim, heads=heads, seq_len=seq_len, proj_len=k,
+                                                         sharing="headwise").double())
+        call = captured(f(theirs, ours), "module:1")
 
-    def judge(got):
-        filled = load_state(call, ours, got)
-        with torch.no_grad():
-            for n in (16, 11):  # shorter inputs use the first n columns of E, F on both sides
-                x = rand(2, n, 24, seed=9 + n)
-                expect_close(filled(x), theirs(x), call=call, what=f"theirs(x) for x (2, {n}, 24)")
-    yield check(call, judge=judge)
+        def judge(got, call=call, theirs=theirs, ours=ours, dim=dim, lengths=lengths, seq_len=seq_len, k=k):
+            filled = load_state(call, ours, got)
+            with torch.no_grad():
+                for n in lengths:  # shorter inputs use the first n columns of E, F on both sides
+                    x = rand(2, n, dim, seed=9 + n)
+                    expect_close(filled(x), theirs(x), call=call,
+                                 what=f"theirs(x) for x (2, {n}, {dim}), seq_len {seq_len}, k {k}")
+        yield check(call, judge=judge)
 
 
 @CHAPTER.task("5.5", "block_flops")
@@ -103,20 +134,86 @@ def block_flops(f):
     from minilin.bench import flop_counter
     from minilin.model import Block, LMConfig
 
-    def counted(proj_len, heads):
-        config = LMConfig(dim=48, heads=heads, depth=1, causal=False, block_size=32,
+    def counted(batch, n, dim, heads, proj_len, ff_mult):
+        config = LMConfig(dim=dim, heads=heads, depth=1, causal=False, block_size=n, ff_mult=ff_mult,
                           attention="exact" if proj_len is None else "linformer", proj_len=proj_len or 8)
         block = _seeded(0, lambda: Block(config, 0))  # tiny CPU tensors: counting on "meta" costs seconds of setup
         with torch.no_grad(), flop_counter() as counter:
-            block(torch.zeros(2, 32, 48), causal=False)
+            block(torch.zeros(batch, n, dim), causal=False)
         return counter.get_total_flops()
 
-    for proj_len in (None, 8):
-        total = counted(proj_len, heads=4)
-        assert counted(proj_len, heads=8) == total  # the count does not depend on the number of heads
-        yield equal(f(2, 32, 48, proj_len=proj_len), total,
-                    what=f"FlopCounterMode on minilin.model.Block (proj_len={proj_len})")
-        call, smaller = f(2, 32, 48, proj_len=proj_len), f(2, 32, 48, proj_len=proj_len, ff_mult=2)
-        yield check(call, smaller, judge=lambda a, b, smaller=smaller: expect(
-            type(b) is int and type(a) is int and b < a, smaller, f"{b!r} FLOPs with ff_mult=2, expected fewer "
-                                                                  f"than the {a!r} with ff_mult=4"))
+    shapes = [(2, 32, 48, (4, 8), 4), (3, 20, 36, (3, 6), 2), (1, 24, 40, (2, 5), 3)]  # batch, n, dim, heads, ff
+    for batch, n, dim, (h1, h2), ff_mult in shapes:
+        for proj_len in (None, 5 if n == 20 else 8):
+            total = counted(batch, n, dim, h1, proj_len, ff_mult)
+            assert counted(batch, n, dim, h2, proj_len, ff_mult) == total  # the count does not depend on the heads
+            yield equal(f(batch, n, dim, proj_len=proj_len, ff_mult=ff_mult), total,
+                        what=f"FlopCounterMode on minilin.model.Block (batch {batch}, n {n}, dim {dim}, "
+                             f"proj_len {proj_len}, ff_mult {ff_mult})")
+
+
+@CHAPTER.task("5.6", "chunked_causal_linear_attention", extend=True)
+def chunked_causal_linear_attention(f):
+    """causal elu+1 linear attention in chunks, with a key padding mask"""
+    from minilin.linear import elu_plus_one, linear_attention_reference
+
+    def reference(q, k, v, mask=None):
+        return linear_attention_reference(q, k, v, feature_map=elu_plus_one, mask=mask, causal=True)
+
+    q, k, v = rand(2, 3, 10, 4, seed=31), rand(2, 3, 10, 4, seed=32), rand(2, 3, 10, 3, seed=33)
+    for chunk in (1, 3, 4, 10, 16):
+        yield close(f(q, k, v, chunk), reference(q, k, v),
+                    what=f"minilin.linear.linear_attention_reference(elu+1, causal) with chunk_size={chunk}, N = 10")
+    q2, k2, v2 = rand(3, 2, 13, 6, seed=34), rand(3, 2, 13, 6, seed=35), rand(3, 2, 13, 5, seed=36)
+    yield close(f(q2, k2, v2, 5), reference(q2, k2, v2), what="the reference with N = 13, D = 6, Dv = 5, chunks of 5")
+    mask = torch.ones(3, 13, dtype=torch.bool)
+    mask[0, 9:] = False  # right padding
+    mask[1, :4] = False  # left padding: the first queries see no real key (zeros)
+    mask[2, ::3] = False
+    yield close(f(q2, k2, v2, 4, mask=mask), reference(q2, k2, v2, mask=mask),
+                what="the reference with a key padding mask (right, left and scattered padding), chunks of 4")
+    yield no_future_leak(f, lambda x: (x, x, x), rand(2, 2, 9, 4, seed=37), "q, k and v", chunk_size=4)
+    q3, k3, v3 = rand(2, 2, 24, 4, seed=38), rand(2, 2, 24, 4, seed=39), rand(2, 2, 24, 3, seed=40)
+    yield no_quadratic_product(captured(f(q3, k3, v3, 4), "matmul_shapes"), 24, 24, (2, 2, 24, 3))
+
+
+def retention_loop(q, k, v, gamma):
+    """out_i = D^-1/2 Σ_{j<=i} γ_h^(i-j) (q_i·k_j) v_j, one query, one key at a time (float64)."""
+    B, H, N, D = q.shape
+    out = torch.zeros(B, H, N, v.shape[-1], dtype=torch.float64)
+    for h in range(H):
+        for i in range(N):
+            for j in range(i + 1):
+                w = float(gamma[h]) ** (i - j) * (q[:, h, i] * k[:, h, j]).sum(-1, keepdim=True) / D ** 0.5
+                out[:, h, i] += w * v[:, h, j]
+    return out
+
+
+@CHAPTER.task("5.7", "decayed_linear_attention", extend=True)
+def decayed_linear_attention(f):
+    """causal linear attention with a decay per head (retention), by a constant-size state"""
+    q, k, v = rand(2, 3, 9, 4, seed=41), rand(2, 3, 9, 4, seed=42), rand(2, 3, 9, 3, seed=43)
+    gamma = torch.tensor([0.5, 0.9, 1.0], dtype=torch.float64)
+    yield close(f(q, k, v, gamma), retention_loop(q, k, v, gamma), what="a loop over i and j <= i, γ = 0.5, 0.9, 1")
+    q2, k2, v2 = rand(3, 2, 12, 6, seed=44), rand(3, 2, 12, 6, seed=45), rand(3, 2, 12, 5, seed=46)
+    gamma2 = torch.tensor([0.97, 0.3], dtype=torch.float64)
+    yield close(f(q2, k2, v2, gamma2), retention_loop(q2, k2, v2, gamma2),
+                what="the loop with N = 12, D = 6, Dv = 5, γ = 0.97, 0.3")
+    yield close(f(q, k, v, torch.zeros(3, dtype=torch.float64)),
+                (q * k).sum(-1, keepdim=True) * v / 2.0,
+                what="γ = 0: each query sees only its own key, (q_i·k_i) v_i / √D")
+    try:
+        with warnings.catch_warnings():  # "Triton is not supported on current platform, roll back to CPU."
+            warnings.simplefilter("ignore")
+            from fla.ops.retention.naive import naive_retention
+    except ImportError:
+        naive_retention = None  # fla (flash-linear-attention) is optional: the loop above is the reference
+    if naive_retention is not None:
+        H = 4
+        fq, fk, fv = (rand(2, H, 16, 8, seed=47 + i).float() for i in range(3))
+        fla_gamma = 1.0 - 2.0 ** (-5.0 - torch.arange(H, dtype=torch.float64))
+        yield close(f(fq.double(), fk.double(), fv.double(), fla_gamma), naive_retention(fq, fk, fv).double(),
+                    atol=1e-4, what="fla.ops.retention.naive.naive_retention (float32 inside; γ_h = 1 - 2^(-5-h))")
+    yield no_future_leak(f, lambda x: (x, x, x, gamma), rand(2, 3, 8, 4, seed=50), "q, k and v")
+    q3, k3, v3 = rand(2, 2, 20, 4, seed=51), rand(2, 2, 20, 4, seed=52), rand(2, 2, 20, 3, seed=53)
+    yield no_quadratic_product(captured(f(q3, k3, v3, gamma2), "matmul_shapes"), 20, 20, (2, 2, 20, 3))

@@ -1,13 +1,14 @@
-"""Checks for exercises/ex07_lm.py (Tasks 7.1-7.6), against minilin.data, minilin.model and minilin.train."""
+"""Checks for exercises/ex07_lm.py (Tasks 7.1-7.8), against minilin.data, minilin.model, minilin.train,
+minilin.efficient, and loops written here (7.7)."""
 import dataclasses
 import math
 
 import torch
 
 from minilin.grading.calls import Gen, Raised, Scratch, Unpicklable
-from minilin.grading.checks import Chapter, Fn, check, close, equal, expect, expect_close, expecting, gen, kind
+from minilin.grading.checks import Chapter, Fn, check, close, equal, expect, expect_close, expecting, gen, kind, rand
 
-CHAPTER = Chapter(7, "ex07_lm", "the pieces of a byte-level LM's training loop")
+CHAPTER = Chapter(7, "ex07_lm", "the pieces of a byte-level LM's training loop, and decoding")
 TOL = 1e-6  # float32 cross-entropy of O(1) values summed over ~100 terms: round-off ~1e-7
 IGNORE, MASK_ID = -100, 256
 
@@ -31,22 +32,28 @@ def byte_tokenizer(encode_bytes, decode_bytes):
 def shift_for_next_token(f):
     """inputs and next-token targets from a window"""
     from minilin.data import next_token_batch
-    window = torch.randint(256, (3, 9), generator=gen(0))
-    # a stream of exactly L + 1 tokens has one window: minilin's batch of it, row by row
-    rows = [next_token_batch(row, 1, 8, generator=gen(0)) for row in window]
-    expected = (torch.cat([x for x, _ in rows]), torch.cat([y for _, y in rows]))
-    yield equal(f(window), expected, what="minilin.data.next_token_batch: (window[:, :-1], window[:, 1:])")
+    for seed, (B, L) in enumerate(((3, 8), (1, 5), (5, 1), (2, 33))):
+        window = torch.randint(256, (B, L + 1), generator=gen(seed))
+        # a stream of exactly L + 1 tokens has one window: minilin's batch of it, row by row
+        rows = [next_token_batch(row, 1, L, generator=gen(0)) for row in window]
+        expected = (torch.cat([x for x, _ in rows]), torch.cat([y for _, y in rows]))
+        yield equal(f(window), expected, what=f"minilin.data.next_token_batch on a ({B}, {L + 1}) window")
 
 
 @CHAPTER.task("7.3", "lm_loss", "bits_per_byte")
 def lm_loss_and_bits(lm_loss, bits_per_byte):
     """the LM loss with ignored targets, and bits per byte"""
     from minilin.model import lm_loss as reference
-    logits = torch.randn(2, 7, 256, generator=gen(1)) * 3
-    targets = torch.randint(256, (2, 7), generator=gen(2))
-    targets[0, :3] = IGNORE
-    yield close(lm_loss(logits, targets), reference(logits, targets), atol=TOL,
-                what="minilin.model.lm_loss (mean over the non-ignored targets)")
+    for seed, (B, L, V) in enumerate(((2, 7, 256), (3, 5, 11))):
+        logits = torch.randn(B, L, V, generator=gen(1 + seed)) * 3
+        targets = torch.randint(V, (B, L), generator=gen(2 + seed))
+        yield close(lm_loss(logits, targets), reference(logits, targets), atol=TOL,
+                    what=f"minilin.model.lm_loss, every target kept, logits ({B}, {L}, {V})")
+        targets = targets.clone()
+        targets[0, :3] = IGNORE
+        targets[-1, -1] = IGNORE
+        yield close(lm_loss(logits, targets), reference(logits, targets), atol=TOL,
+                    what=f"minilin.model.lm_loss with ignored targets (mean over the kept ones), V = {V}")
     yield close(lm_loss(torch.zeros(1, 4, 256), torch.tensor([[1, 2, IGNORE, 3]])), torch.tensor(math.log(256)),
                 atol=TOL, what="ln 256 for uniform logits")
     yield close(bits_per_byte(math.log(256)), 8.0, atol=0.0, rtol=1e-6, what="8 bits for ln 256 nats")
@@ -54,50 +61,96 @@ def lm_loss_and_bits(lm_loss, bits_per_byte):
                 what="1.5 bits (input a 0-d tensor)")
 
 
+def _pairs(call, got, shape):
+    ok = isinstance(got, (tuple, list)) and len(got) == 2 and all(
+        isinstance(t, torch.Tensor) and tuple(t.shape) == shape for t in got)
+    expect(ok, call, f"returned {kind(got)}, expected (corrupted, targets), two tensors of shape {shape}")
+    return got
+
+
+def _within(call, share, p, n, what):
+    bound = 4 * math.sqrt(p * (1 - p) / n)
+    expect(abs(share - p) < bound, call, f"{share:.4f} of {what}, expected {p:.4f} ± {bound:.4f} (4 standard errors)")
+
+
 @CHAPTER.task("7.4", "mask_for_mlm")
 def mask_for_mlm(f):
     """BERT's 80/10/10 masked-LM corruption"""
-    # seed 0, 64 x 256 = 16384 positions; bounds are 4 binomial standard errors
+    # 64 x 256 = 16384 positions (and 40 x 100 at 0.3); bounds are 4 binomial standard errors
     tokens = torch.randint(256, (64, 256), generator=gen(3))
-    first, again = f(tokens, generator=Gen(0), mask_prob=0.15), f(tokens, generator=Gen(0), mask_prob=0.15)
-    half = f(tokens, generator=Gen(1), mask_prob=0.5)
-    n = tokens.numel()
+    shape = tuple(tokens.shape)
+    first = f(tokens, generator=Gen(0), mask_prob=0.15)
 
-    def judge(a, b, c):
-        ok = all(isinstance(r, (tuple, list)) and len(r) == 2 and all(isinstance(t, torch.Tensor) and
-                 t.shape == tokens.shape for t in r) for r in (a, b, c))
-        expect(ok, first, f"returned {kind(a)}, expected (corrupted, targets), two tensors shaped like tokens")
-        corrupted, targets = a
-        selected = targets != IGNORE
-        k = int(selected.sum())
-        expect(abs(k / n - 0.15) < 4 * math.sqrt(0.15 * 0.85 / n), first,
-               f"{k / n:.4f} of the positions selected, expected 0.15 ± 4 standard errors")
+    def parts(call, got):
+        corrupted, targets = _pairs(call, got, shape)
+        return corrupted, targets, targets != IGNORE
+
+    def selection(got):
+        _, _, selected = parts(first, got)
+        _within(first, selected.float().mean().item(), 0.15, tokens.numel(), "the positions selected")
+    yield check(first, judge=selection)
+
+    def targets_and_rest(got):
+        corrupted, targets, selected = parts(first, got)
         expect_close(targets[selected], tokens[selected], call=first, what="the original bytes at selected positions")
         expect_close(corrupted[~selected], tokens[~selected], call=first, what="the input at unselected positions")
-        frac_mask = (corrupted[selected] == MASK_ID).float().mean().item()
-        frac_same = (corrupted[selected] == tokens[selected]).float().mean().item()
-        expect(abs(frac_mask - 0.8) < 4 * math.sqrt(0.8 * 0.2 / k), first,
-               f"{frac_mask:.3f} of the selected positions are MASK_ID, expected 0.8")
-        expect(abs(frac_same - (0.1 + 0.1 / 256)) < 4 * math.sqrt(0.1 * 0.9 / k), first,
-               f"{frac_same:.3f} of the selected positions keep their byte, expected 0.1 (+ random hits)")
         expect(bool(((corrupted >= 0) & (corrupted <= MASK_ID)).all()), first, "ids outside 0..256")
-        expect_close(b[0], corrupted, call=again, what="the first result with the same seed (use the generator)")
-        share = (c[1] != IGNORE).float().mean().item()
-        expect(abs(share - 0.5) < 4 * math.sqrt(0.25 / n), half, f"{share:.4f} selected, expected 0.5")
-    yield check(first, again, half, judge=judge)
+    yield check(first, judge=targets_and_rest)
+
+    def eighty_ten_ten(got):
+        corrupted, _, selected = parts(first, got)
+        k = int(selected.sum())
+        _within(first, (corrupted[selected] == MASK_ID).float().mean().item(), 0.8, k, "the selected positions MASK_ID")
+        _within(first, (corrupted[selected] == tokens[selected]).float().mean().item(), 0.1 + 0.1 / 256, k,
+                "the selected positions keeping their byte (0.1, plus random bytes that hit it)")
+    yield check(first, judge=eighty_ten_ten)
+
+    def random_bytes(got):
+        corrupted, _, selected = parts(first, got)
+        swapped = selected & (corrupted != MASK_ID) & (corrupted != tokens)
+        values = corrupted[swapped]
+        distinct = len(set(values.tolist()))
+        # ~245 uniform draws of 256 bytes give ~157 distinct values; one constant byte gives 1
+        expect(distinct >= 100, first, f"the {values.numel()} replaced bytes take only {distinct} distinct values: "
+                                       "the 10% must be uniformly random bytes (0..255), one draw per position")
+        expect(bool((values < 256).all()), first, "a random replacement is not a byte (0..255)")
+    yield check(first, judge=random_bytes)
+
+    again = f(tokens, generator=Gen(0), mask_prob=0.15)
+    yield check(first, again, judge=lambda a, b: expect_close(
+        parts(again, b)[0], parts(first, a)[0], call=again, what="the first result with the same seed (use the "
+                                                                  "generator for every draw)"))
+    twice = f.each([((tokens,), dict(generator=Gen(5), mask_prob=0.15))] * 2,
+                   label="mask_for_mlm(tokens, ...) twice on the same tensor, the same seed")
+
+    def unchanged(got):
+        expect(isinstance(got, list) and len(got) == 2, twice, f"returned {kind(got)}")
+        targets = [parts(twice, r)[1] for r in got]
+        selected = targets[1] != IGNORE
+        expect_close(targets[1][selected], tokens[selected], call=twice,
+                     what="the original bytes, on the second call: the first call modified its input tensor "
+                          "(corrupt a copy)")
+    yield check(twice, judge=unchanged)
+    other = torch.randint(256, (40, 100), generator=gen(4))
+    half = f(other, generator=Gen(1), mask_prob=0.3)
+
+    def rate(got):
+        _, targets = _pairs(half, got, tuple(other.shape))
+        _within(half, (targets != IGNORE).float().mean().item(), 0.3, other.numel(), "the positions selected")
+    yield check(half, judge=rate)
 
 
 @CHAPTER.task("7.5", "lr_at")
 def lr_at(f):
     """linear warm-up, then cosine decay"""
     from minilin.train import lr_at as reference
-    kw = dict(lr=3e-3, steps=200, warmup=20, min_lr=3e-4)
-    call = f.each([((s,), kw) for s in range(201)], label="lr_at(step, lr=3e-3, steps=200, warmup=20, "
-                                                          "min_lr=3e-4) for step = 0..200")
-    want = [reference(s, **kw) for s in range(201)]
-    yield close(call, want, atol=0.0, rtol=1e-12, what="minilin.train.lr_at at every step")
-    yield close(f(0, lr=1.0, steps=10, warmup=0, min_lr=0.0), 1.0, atol=0.0, rtol=1e-12,
-                what="lr at step 0 without warm-up")
+    for kw in (dict(lr=3e-3, steps=200, warmup=20, min_lr=3e-4), dict(lr=1.0, steps=37, warmup=5, min_lr=0.1),
+               dict(lr=0.5, steps=12, warmup=0, min_lr=0.0)):
+        last = kw["steps"] + 5  # past the last step the rate stays at min_lr
+        call = f.each([((s,), kw) for s in range(last + 1)],
+                      label=f"lr_at(step, {', '.join(f'{k}={v}' for k, v in kw.items())}) for step = 0..{last}")
+        yield close(call, [reference(s, **kw) for s in range(last + 1)], atol=0.0, rtol=1e-12,
+                    what="minilin.train.lr_at at every step")
 
 
 @CHAPTER.task("7.6", "save_checkpoint", "load_checkpoint")
@@ -105,20 +158,73 @@ def checkpoint(save, load):
     """atomic checkpoint saving and weights-only loading"""
     state = {"model": {"w": torch.arange(6.0).view(2, 3)}, "step": 7, "history": [5.5, 4.25]}
     ckpt, evil = Scratch("ckpt.pt"), Scratch("evil.pt")
+    saved = dataclasses.replace(save(state, ckpt), label="save_checkpoint(state, 'ckpt.pt')")
     listdir = dataclasses.replace(Fn("@listdir")(Scratch("")), label="the files in the folder after a failed save")
-    calls = (dataclasses.replace(save(state, ckpt), label="save_checkpoint(state, 'ckpt.pt')"), load(ckpt),
-             expecting(save(Unpicklable(), ckpt), "PicklingError", "AttributeError", "TypeError"),
-             load(ckpt), listdir, Fn("@write_unsafe_pickle")(evil), expecting(load(evil), "UnpicklingError"))
+    yield check(saved, load(ckpt), judge=lambda _, back: expect_close(back, state, call=saved, what="the saved state"))
+    calls = (saved, expecting(save(Unpicklable(), ckpt), "PicklingError", "AttributeError", "TypeError"),
+             load(ckpt), listdir)
 
-    def judge(saved, back, failed, again, files, _, refused):
-        expect_close(back, state, call=calls[1], what="the saved state")
-        expect(isinstance(failed, Raised), calls[2], "an object that cannot be pickled must raise (and leave no "
+    def judge(_, failed, again, files):
+        expect(isinstance(failed, Raised), calls[1], "an object that cannot be pickled must raise (and leave no "
                                                     "partial file behind)")
-        expect(isinstance(again, dict) and again.get("step") == 7, calls[3],
+        expect(isinstance(again, dict) and again.get("step") == 7, calls[2],
                "after a failed save the previous checkpoint must still load (write to a temporary file, "
                "then os.replace)")
-        expect(files == ["ckpt.pt"], calls[4], f"the folder holds {files}; expected only ckpt.pt (remove the "
+        expect(files == ["ckpt.pt"], calls[3], f"the folder holds {files}; expected only ckpt.pt (remove the "
                                                "temporary file when saving fails)")
-        expect(isinstance(refused, Raised), calls[6], "loaded a pickled arbitrary object: use "
-                                                        "torch.load(..., weights_only=True)")
     yield check(*calls, judge=judge)
+    refused = expecting(load(evil), "UnpicklingError")
+    yield check(Fn("@write_unsafe_pickle")(evil), refused, judge=lambda _, got: expect(
+        isinstance(got, Raised), refused, "loaded a pickled arbitrary object: load with weights only"))
+
+
+def nucleus_loop(logits, top_p):
+    """Row by row: keep the likeliest tokens until their probabilities sum to >= top_p; the rest -inf."""
+    out = torch.full_like(logits, float("-inf"))
+    flat, kept = logits.reshape(-1, logits.shape[-1]), out.view(-1, logits.shape[-1])
+    for r in range(flat.shape[0]):
+        p = torch.softmax(flat[r], dim=-1).tolist()
+        total = 0.0
+        for j in sorted(range(len(p)), key=lambda j: -p[j]):
+            kept[r, j] = flat[r, j]
+            total += p[j]
+            if total >= top_p:
+                break
+    return out
+
+
+@CHAPTER.task("7.7", "top_p_filter", extend=True)
+def top_p_filter(f):
+    """nucleus (top-p) filtering of next-byte logits"""
+    cases = [((3, 10), 1.0, 0.5), ((2, 257), 3.0, 0.9), ((2, 3, 17), 2.0, 0.75)]  # shape, logit scale, top_p
+    for seed, (shape, scale, top_p) in enumerate(cases):
+        logits = rand(*shape, seed=60 + seed, scale=scale)
+        yield equal(f(logits, top_p), nucleus_loop(logits, top_p),
+                    what=f"a loop over each row's tokens, likeliest first, logits {shape}, top_p = {top_p}")
+    logits = rand(4, 12, seed=64)
+    yield equal(f(logits, 1e-9), nucleus_loop(logits, 1e-9), what="top_p = 1e-9: only each row's likeliest token")
+    yield equal(f(logits, 1.0), logits, what="top_p = 1: every token kept, logits unchanged")
+
+
+@CHAPTER.task("7.8", "efficient_decode_step", extend=True)
+def efficient_decode_step(f):
+    """one decoding step of causal efficient attention with a constant-size state"""
+    from minilin.efficient import efficient_attention
+
+    for seed, (B, H, N, D, Dv) in enumerate(((2, 3, 10, 4, 3), (3, 2, 7, 6, 5))):
+        q, k, v = (rand(B, H, N, d, seed=70 + 3 * seed + i) for i, d in enumerate((D, D, Dv)))
+        parallel = efficient_attention(q, k, v, causal=True)  # (B, H, N, Dv)
+        S = torch.einsum("bhnd,bhne->bhnde", k.exp(), v).cumsum(dim=2)  # state after each position
+        z = k.exp().cumsum(dim=2)
+        for t in (0, 3, N - 1):
+            state = None if t == 0 else (S[:, :, t - 1], z[:, :, t - 1])
+            call = f(q[:, :, t], k[:, :, t], v[:, :, t], state)
+            where = f"position {t} of {N} (B {B}, H {H}, D {D}, Dv {Dv}), " + ("no state yet" if t == 0 else
+                                                                                "the state after the earlier tokens")
+            yield check(call, judge=lambda got, call=call, t=t, where=where, parallel=parallel: expect_close(
+                got[0] if isinstance(got, (tuple, list)) and len(got) == 2 else got, parallel[:, :, t], call=call,
+                what=f"the output of minilin.efficient.efficient_attention(causal=True) at {where}"))
+            yield check(call, judge=lambda got, call=call, t=t, where=where, S=S, z=z: expect_close(
+                tuple(got[1]) if isinstance(got, (tuple, list)) and len(got) == 2 and isinstance(
+                    got[1], (tuple, list)) else got, (S[:, :, t], z[:, :, t]), call=call,
+                what=f"the new state (S, z) = (Σ_(j<=t) exp(k_j) v_jᵀ, Σ_(j<=t) exp(k_j)) at {where}"))

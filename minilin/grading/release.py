@@ -21,11 +21,13 @@ import stat
 import zipfile
 from pathlib import Path
 
+from minilin import launch
 from minilin.cli import Parser, UsageError
 from minilin.grading.classroom import grade_command, step_id  # noqa: F401 (grade_command: re-exported for tests)
+from minilin.grading.checks import CannotGrade
 from minilin.grading.course import CHAPTERS, TASKS, load_hidden, task_key
 from minilin.grading.honesty import stubify
-from minilin.grading.report import default_points, fmt_points, load_rubric
+from minilin.grading.rubric import check_weights, default_points, fmt_points, load_rubric
 
 ROOT = Path(__file__).resolve().parents[2]
 # results/reference: the committed results notebooks read (06's GPU sweeps if any, 07's reference sweep)
@@ -51,6 +53,10 @@ def build_parser():
                    "(grade with `grade --submissions ... --hidden-tests DIR`)")
     p.add_argument("--rubric", metavar="TOML", help="points per task for the Classroom workflow and the "
                    "Gradescope bundle (default 1 each)")
+    p.add_argument("--repo-url", metavar="URL", help="the GitHub repository the copy will be published at "
+                   "(https://github.com/OWNER/REPO): each notebook gets Open-in-Colab and Launch-Binder badges and a "
+                   "first code cell that sets the course up on Colab only (minilin/launch.py)")
+    p.add_argument("--branch", default="main", help="the branch the badges open with --repo-url (default: main)")
     p.add_argument("--gradescope", metavar="FILE.zip", help="also write a Gradescope autograder bundle (setup.sh, "
                    "run_autograder, the package, the rubric) to this zip file")
     return p
@@ -72,12 +78,22 @@ def main(argv=None):
             raise UsageError(f"--gradescope {bundle}: give a file name ending in .zip, in an existing folder")
         if bundle.resolve().is_relative_to((ROOT / "minilin").resolve()):
             raise UsageError(f"--gradescope {bundle}: is inside minilin/, which the bundle holds: write it elsewhere")
+    if args.repo_url is not None:
+        if out is None:
+            raise UsageError("--repo-url adds badges to a student copy: give OUTDIR too")
+        launch.parse_repo_url(args.repo_url)  # checked before any file is written
     hidden = load_hidden(args.hidden_tests) if args.hidden_tests else {}
     points = load_rubric(args.rubric) if args.rubric else default_points()
+    if args.rubric:  # one weight per check, the teacher's hidden checks included: as `grade` will count them
+        check_weights(points, check_counts(points.weights, hidden), f"--rubric {args.rubric}")
     total = fmt_points(sum(points.values()))
     if out is not None:
         skip = {Path(args.hidden_tests).resolve()} if args.hidden_tests else set()
         files = write_release(out, skip, points)
+        if args.repo_url is not None:
+            badged = launch.add_launch(out, args.repo_url, args.branch)
+            print(f"added Colab and Binder badges for {args.repo_url} (branch {args.branch}) and a Colab-only "
+                  f"setup cell to {len(badged)} notebooks")
         print(f"wrote {out}/: {files} files, no solutions/, exercises/ as stubs, a student README, {WORKFLOW} "
               f"({len(TASKS)} tasks, {total} points)")
     if args.gradescope is not None:
@@ -88,6 +104,17 @@ def main(argv=None):
         print(f"hidden checks for tasks {', '.join(sorted(hidden, key=task_key))} were not shipped; grade with "
               f"`python -m minilin grade --submissions DIR --out gradebook.csv --hidden-tests {args.hidden_tests}`")
     return 0
+
+
+def check_counts(task_ids, hidden):
+    """{task id: its number of checks, public and hidden} (a task that cannot be built here is left out)."""
+    counts = {}
+    for task_id in task_ids:
+        try:
+            counts[task_id] = len(TASKS[task_id].steps(hidden.get(task_id, ())))
+        except CannotGrade:
+            continue
+    return counts
 
 
 # --- the student copy --------------------------------------------------------------------------------
@@ -105,16 +132,27 @@ def write_release(out, skip, points):
     (out / "README.md").write_text(readme, encoding="utf-8")
     start_here = out / START_HERE
     start_here.write_text(student_notebook(start_here.read_text(encoding="utf-8")), encoding="utf-8")
-    stubs = {}
-    for chapter in CHAPTERS.values():
-        stubs.update({f: (chapter.file, t.id) for t in chapter.tasks.values() for f in t.functions})
-    for path in sorted((out / "exercises").glob("ex[0-9][0-9]_*.py")):
-        tasks_of = {f: task for f, (file, task) in stubs.items() if file == path.name}
-        path.write_text(stubify(path.read_text(encoding="utf-8"), tasks_of), encoding="utf-8")
+    write_stubs(out / "exercises", out / "exercises")
     for name, text in ((WORKFLOW, classroom_workflow(points)), (RUBRIC, rubric_toml(points))):
         (out / name).parent.mkdir(parents=True, exist_ok=True)
         (out / name).write_text(text, encoding="utf-8")
     return count + 2
+
+
+def write_stubs(source, out):
+    """Every exNN_*.py of `source` written to `out` (the same folder or a new one) with each task function back
+    to its stub (docstring + `raise NotImplementedError`), whatever `source` holds: the stubs as released. The
+    course's tests take their stubs from here (tests/conftest.py), never from a learner's exercises/.
+    Returns the files written."""
+    source, out = Path(source), Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for path in sorted(source.glob("ex[0-9][0-9]_*.py")):
+        tasks_of = {f: t.id for chapter in CHAPTERS.values() if chapter.file == path.name
+                    for t in chapter.tasks.values() for f in t.functions}
+        (out / path.name).write_text(stubify(path.read_text(encoding="utf-8"), tasks_of), encoding="utf-8")
+        written.append(out / path.name)
+    return written
 
 
 def _copy_tree(source, target, skip):
@@ -148,8 +186,9 @@ pytest --nbval -n auto --dist loadscope
 ```
 
 This runs the package's tests, re-executes every notebook and compares it output by output (strict, on every
-core: `-n auto`), and runs the exercise tests: every stub you have not started must still fail, and a task you
-have started is skipped there (grade it with `python -m minilin grade`).
+core: `-n auto`), and runs the exercise tests on stubs rebuilt from your exercise files in a temporary folder:
+every stub must still fail, so your own work never turns them red (grade your work with
+`python -m minilin grade`).
 
 ## What is in this folder
 
@@ -172,17 +211,21 @@ python -m minilin grade --chapter 3      # one chapter
 python -m minilin grade --task 3.2       # one task
 ```
 
-It prints one line per task (`pass`, `fail`, `error`, `timeout`, `crash`), then each failure in a few lines:
-the call, what it was compared with and by how much your result differs. Your code runs in a separate process
-with a time limit, and a task whose function calls `minilin`'s own version of it does not count.
+It prints one line per task (`pass`, `fail`, `error`, `timeout`, `crash`) with how many of its checks pass
+(`3/5`) and which failed, then each failure in a few lines: the call, what it was compared with and by how
+much your result differs; a line per chapter counts its tasks and checks, and the score line your points. Each
+check scores on its own (partial credit): a task whose checks pass 3 of 5 earns 3/5 of its points, and it
+counts as passed only when all of them do. Your code runs in a separate process with a time limit, and a task
+whose function calls `minilin`'s own version of it does not count.
 
 **On every push.** Each `git push` to your repository starts the workflow `.github/workflows/classroom.yml`
 on GitHub Actions. It installs the grader (PyTorch {torch} for the CPU and the `grade` extra of
 `pyproject.toml`; the first run downloads them, later runs reuse a cache), grades every task of your
 `exercises/` once, the same way `python -m minilin grade` does, and reports each task's points
-({total} points in all). To see them, open your repository on GitHub and click the **Actions** tab, then the
-latest *Autograding Tests* run: its *Grade every task* step prints your feedback (a table of tasks, then each
-failure), and its *Autograding Reporter* step lists every task with its points and the total. The run is
+({total} points in all, with partial credit: the share of the task's checks that pass). To see them, open your repository on GitHub and click the **Actions** tab, then the
+latest *Autograding Tests* run: its *Grade every task* step prints your feedback (a table of tasks with the
+checks each passed, then each failure), and its *Autograding Reporter* step lists every task with its points,
+the checks that failed, and the total. The run is
 marked failed until every task passes. Your teacher sees the same points in GitHub Classroom.
 
 {reference}"""
@@ -218,9 +261,14 @@ def student_notebook(text):
 
 
 def rubric_toml(points, reader="the Classroom workflow's grading step"):
-    lines = [f"# Points per task, read by {reader} (written by `python -m minilin release`).", "default = 0", "",
-             "[points]"]
-    return "\n".join(lines + [f"\"{t}\" = {fmt_points(points[t])}" for t in sorted(TASKS, key=task_key)]) + "\n"
+    lines = [f"# Points per task, read by {reader} (written by `python -m minilin release`).",
+             "# A task earns the share of its checks that pass (partial credit), weighted by [weights] if given.",
+             "default = 0", "", "[points]"]
+    lines += [f"\"{t}\" = {fmt_points(points[t])}" for t in sorted(TASKS, key=task_key)]
+    if weights := getattr(points, "weights", {}):
+        lines += ["", "[weights]"] + [f"\"{t}\" = [{', '.join(map(fmt_points, weights[t]))}]"
+                                      for t in sorted(weights, key=task_key)]
+    return "\n".join(lines) + "\n"
 
 
 def classroom_workflow(points):
@@ -231,7 +279,8 @@ def classroom_workflow(points):
         "# GitHub Classroom autograding, written by `python -m minilin release`.",
         "# One grading run for every task: `python -m minilin.grading.classroom` grades exercises/ once (as",
         "# `python -m minilin grade` does on your machine) and writes one result per task (task-1-1, ...), which the",
-        f"# reporter turns into points ({fmt_points(sum(points.values()))} in all, from {RUBRIC}).",
+        f"# reporter turns into points ({fmt_points(sum(points.values()))} in all, from {RUBRIC}), with partial",
+        "# credit: each check of a task scores on its own, and a task's message names the checks that failed.",
         "name: Autograding Tests",
         "\"on\": [push, repository_dispatch, workflow_dispatch]",
         "permissions:", "  checks: write", "  actions: read", "  contents: read",

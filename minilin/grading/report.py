@@ -7,16 +7,15 @@ spreadsheet would read as a formula is defused (`safe_cell`), and file names com
 """
 import csv
 import json
-import math
 import re
-import tomllib
 from collections import Counter
 from pathlib import Path
 
-from minilin.cli import UsageError
 from minilin.grading.course import CHAPTERS, TASKS, allowed_helpers_text, task_key
+from minilin.grading.rubric import (Points, check_weights, default_points, earned, fmt_points,  # noqa: F401
+                                    load_rubric, task_points)
 
-CSV_COLUMNS = ("student", "task", "points", "max_points", "status", "message")
+CSV_COLUMNS = ("student", "task", "points", "max_points", "checks_passed", "checks_total", "status", "message")
 NOT_IMPLEMENTED = "not implemented yet"
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r")  # what a spreadsheet may run as a formula (OWASP)
 GRADESCOPE_VISIBILITY = ("hidden", "after_due_date", "after_published", "visible")
@@ -31,11 +30,37 @@ def learner_message(result):
 
 
 def teacher_message(result):
-    """Everything, on one line, for the gradebook: why (if another task), the message, the note."""
+    """Everything, on one line, for the gradebook: why (if another task), the first failure's message, which
+    checks failed (a partly passing task), the note."""
     message = " | ".join(line.strip() for line in result.message.splitlines())
     if result.hidden:
         message = f"hidden check {result.hidden}: {message}"
-    return " | ".join(filter(None, (result.cause, message, f"note: {result.note}" if result.note else "")))
+    checks = checks_text(result) if _partial(result) else ""
+    return " | ".join(filter(None, (result.cause, message, checks, f"note: {result.note}" if result.note else "")))
+
+
+def _partial(result):
+    return result.status != "pass" and 0 < getattr(result, "checks_passed", 0)
+
+
+def checks_text(result, *, learner=False, width=None):
+    """'3 of 5 checks; failed: check 2 (attention(...)), 4 (...)' (`learner`: a hidden check's call is not
+    named); '' for a result without checks. `width` cuts each call's name (the table's short form)."""
+    total = getattr(result, "checks_total", 0)
+    if not total:
+        return ""
+    text = f"{result.checks_passed} of {total} checks"
+    failed = list(getattr(result, "failed", ()))
+    if not failed or result.checks_passed == 0:
+        return text
+    names = []
+    for i, (number, what, hidden) in enumerate(failed):
+        if hidden:
+            what = "hidden" if learner else f"hidden {hidden}: {what}"
+        if width is not None:
+            what = cut(what, width) if width else ""
+        names.append(f"{'check ' if i == 0 else ''}{number}{f' ({what})' if what else ''}")
+    return f"{text}; failed: {', '.join(names)}"
 
 
 def cut(line, width):
@@ -68,14 +93,25 @@ def short(result, width=60, *, learner=False):
     return cut(line, width)
 
 
+def failed_numbers(result):
+    """'failed checks 2, 4: ' for a partly passing result (the table's prefix), else ''."""
+    if not _partial(result):
+        return ""
+    return f"failed check{'s' if len(result.failed) > 1 else ''} {', '.join(str(f[0]) for f in result.failed)}: "
+
+
 def task_table(results):
-    """Lines of the per-task table: task, function(s), status, one-line summary."""
-    rows = [("task", "function", "status", "")]
+    """Lines of the per-task table: task, function(s), status, checks passed, one-line summary (which checks
+    failed, then the first failure)."""
+    rows = [("task", "function", "status", "checks", "")]
     for task_id in sorted(results, key=task_key):
         result = results[task_id]
-        rows.append((task_id, ", ".join(TASKS[task_id].functions), result.status, short(result)))
-    widths = [max(len(r[i]) for r in rows) for i in range(3)]
-    return [f"{r[0]:<{widths[0]}}  {r[1]:<{widths[1]}}  {r[2]:<{widths[2]}}  {r[3]}".rstrip() for r in rows]
+        checks = f"{result.checks_passed}/{result.checks_total}" if getattr(result, "checks_total", 0) else "-"
+        rows.append((task_id, ", ".join(TASKS[task_id].functions), result.status, checks,
+                     failed_numbers(result) + short(result)))
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    return [f"{r[0]:<{widths[0]}}  {r[1]:<{widths[1]}}  {r[2]:<{widths[2]}}  {r[3]:<{widths[3]}}  {r[4]}".rstrip()
+            for r in rows]
 
 
 def _missing_lines(results):
@@ -119,6 +155,8 @@ def failure_details(results):
             todo.append(task_id)
             continue
         lines += ["", f"Task {task_id} · {', '.join(TASKS[task_id].functions)} · {result.status}"]
+        if _partial(result):
+            lines.append(f"  {checks_text(result)}")
         if result.cause:
             lines.append(f"  {result.cause}")
         if result.hidden:
@@ -131,64 +169,24 @@ def failure_details(results):
     return lines
 
 
-def score_line(results, label):
+def score_line(results, label, points=None):
+    """'score: 17.5/29 points (60%), 14/29 tasks pass [exercises]': points with partial credit."""
+    points = points or default_points()
+    got, total = totals(results, points)
     done = sum(r.status == "pass" for r in results.values())
-    return f"score: {done}/{len(results)} tasks ({100.0 * done / max(1, len(results)):.0f}%) [{label}]"
+    return f"score: {fmt_points(got)}/{fmt_points(total)} points ({100.0 * got / total if total else 0:.0f}%), " \
+           f"{done}/{len(results)} tasks pass [{label}]"
 
 
-# --- rubrics and points ----------------------------------------------------------------------------
-def default_points():
-    return {task_id: 1 for task_id in TASKS}
-
-
-def load_rubric(path):
-    """{task id: points} from a TOML rubric; every task not named gets `default` (1 when absent).
-
-        default = 1
-        [points]
-        "4" = 2        # every task of chapter 4
-        "4.3" = 3      # a task (wins over its chapter)
-    """
-    path = Path(path)
-    if not path.is_file():
-        raise UsageError(f"--rubric {path}: no such file")
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
-        raise UsageError(f"--rubric {path}: not valid TOML ({err})") from None
-    unknown = set(data) - {"default", "points"}
-    if unknown:
-        raise UsageError(f"--rubric {path}: unknown keys {sorted(unknown)}; use `default` and a [points] table")
-    default = _points(data.get("default", 1), path, "default")
-    points = {task_id: default for task_id in TASKS}
-    table = data.get("points", {})
-    if not isinstance(table, dict):
-        raise UsageError(f"--rubric {path}: [points] must be a table of \"N.M\" = points")
-    for key in sorted(table, key=lambda k: ("." in k, k)):  # chapters first, then tasks override them
-        value = _points(table[key], path, key)
-        if key in TASKS:
-            points[key] = value
-        elif key.isdigit() and int(key) in CHAPTERS:
-            points.update({t: value for t in TASKS if TASKS[t].chapter == int(key)})
-        else:
-            raise UsageError(f"--rubric {path}: {key!r} is neither a task (e.g. \"1.2\") nor a chapter with "
-                             f"exercises ({', '.join(map(str, CHAPTERS))})")
-    return points
-
-
-def _points(value, path, key):
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-        raise UsageError(f"--rubric {path}: points for {key!r} must be a number >= 0, got {value!r}")
-    return value
-
-
-def fmt_points(x):
-    return f"{x:g}"
-
-
-def earned(result, max_points):
-    """The points a result earns out of `max_points` (every export sums these)."""
-    return max_points if result.status == "pass" else 0
+def chapter_lines(results):
+    """One progress line per chapter graded: 'chapter 3: 4 of 6 tasks, 17 of 21 checks'."""
+    lines = []
+    for chapter in sorted({TASKS[t].chapter for t in results}):
+        mine = [r for t, r in results.items() if TASKS[t].chapter == chapter]
+        passed = sum(r.status == "pass" for r in mine)
+        checks = sum(getattr(r, "checks_passed", 0) for r in mine), sum(getattr(r, "checks_total", 0) for r in mine)
+        lines.append(f"chapter {chapter}: {passed} of {len(mine)} tasks, {checks[0]} of {checks[1]} checks")
+    return lines
 
 
 # --- safe spreadsheets and file names ---------------------------------------------------------------
@@ -246,39 +244,54 @@ def file_names(students):
 def rows(student, results, points):
     for task_id in sorted(results, key=task_key):
         result = results[task_id]
-        yield {"student": student, "task": task_id, "points": fmt_points(earned(result, points[task_id])),
-               "max_points": fmt_points(points[task_id]), "status": result.status,
+        yield {"student": student, "task": task_id, "points": fmt_points(task_points(result, points, task_id)),
+               "max_points": fmt_points(points[task_id]), "checks_passed": getattr(result, "checks_passed", 0),
+               "checks_total": getattr(result, "checks_total", 0), "status": result.status,
                "message": teacher_message(result)[:600]}
 
 
 def write_gradebook(path, graded, points):
-    """One row per (student, task): student,task,points,max_points,status,message. Returns the row count."""
+    """One row per (student, task): student,task,points,max_points,checks_passed,checks_total,status,message.
+    Returns the row count."""
     return _write_csv(path, CSV_COLUMNS, (row for student, results in graded.items()
                                           for row in rows(student, results, points)))
 
 
 def wide_columns(graded):
-    """student, one column per chapter graded (its exercise file's name without .py), total, max."""
+    """student, one column per chapter graded (its exercise file's name without .py), total, max, failed_checks."""
     chapters = sorted({TASKS[t].chapter for results in graded.values() for t in results})
-    return ("student", *(CHAPTERS[c].module for c in chapters), "total", "max"), chapters
+    return ("student", *(CHAPTERS[c].module for c in chapters), "total", "max", "failed_checks"), chapters
+
+
+def failed_checks(results):
+    """The wide CSV's last cell: each task that lost points and its failed checks, '1.4: 2, 5; 3.1: all 4'."""
+    parts = []
+    for task_id in sorted(results, key=task_key):
+        result = results[task_id]
+        if result.status == "pass" or not getattr(result, "checks_total", 0):
+            continue
+        numbers = ", ".join(str(f[0]) for f in result.failed) if _partial(result) else f"all {result.checks_total}"
+        parts.append(f"{task_id}: {numbers}")
+    return "; ".join(parts)
 
 
 def write_wide(path, graded, points):
-    """One row per student (an LMS import): student, each chapter's points, total, max. Returns the row count."""
+    """One row per student (an LMS import): student, each chapter's points (with partial credit), total, max,
+    and which checks failed. Returns the row count."""
     columns, chapters = wide_columns(graded)
 
     def row(student, results):
         out = {"student": student}
         for c in chapters:
-            out[CHAPTERS[c].module] = fmt_points(sum(earned(r, points[t]) for t, r in results.items()
+            out[CHAPTERS[c].module] = fmt_points(sum(task_points(r, points, t) for t, r in results.items()
                                                      if TASKS[t].chapter == c))
         got, total = totals(results, points)
-        return {**out, "total": fmt_points(got), "max": fmt_points(total)}
+        return {**out, "total": fmt_points(got), "max": fmt_points(total), "failed_checks": failed_checks(results)}
     return _write_csv(path, columns, (row(student, results) for student, results in graded.items()))
 
 
 def totals(results, points):
-    got = sum(earned(r, points[t]) for t, r in results.items())
+    got = sum(task_points(r, points, t) for t, r in results.items())
     return got, sum(points[t] for t in results)
 
 
@@ -293,8 +306,9 @@ def summary_line(student, results, points, width):
 def _how_graded(note):
     return ["", "## How this was graded", "",
             f"Each task's checks ran your code in a separate process ({note}); its outputs were compared with the "
-            "course's reference implementation. Using the reference itself fails the task; the allowed helpers "
-            "are:", "", "```text", allowed_helpers_text(), "```",
+            "course's reference implementation. Each check scores on its own: a task whose checks pass 3 of 4 "
+            "earns 3/4 of its points (partial credit). Using the reference itself fails the task; the allowed "
+            "helpers are:", "", "```text", allowed_helpers_text(), "```",
             "", "Grade yourself before you submit: `python -m minilin grade` in the course folder.", ""]
 
 
@@ -303,8 +317,10 @@ def feedback_markdown(student, results, points, note):
     failed; missing files and untouched stubs are listed once; an empty submission gets one short section)."""
     got, total = totals(results, points)
     passed = sum(r.status == "pass" for r in results.values())
+    checks = sum(r.checks_passed for r in results.values()), sum(r.checks_total for r in results.values())
     lines = [f"# Feedback: {student}", "",
-             f"**{fmt_points(got)} / {fmt_points(total)} points** ({passed} of {len(results)} tasks pass)."]
+             f"**{fmt_points(got)} / {fmt_points(total)} points** ({passed} of {len(results)} tasks pass, "
+             f"{checks[0]} of {checks[1]} checks)."]
     if is_empty(results):
         files = sorted({CHAPTERS[TASKS[t].chapter].file for t in results})
         hints = list(dict.fromkeys(r.message.split("; ", 1)[1] for r in results.values() if "; " in r.message))
@@ -315,11 +331,13 @@ def feedback_markdown(student, results, points, note):
         return "\n".join(lines + _how_graded(note))
     if found := notes(results):
         lines += ["", "## Notes", "", *(f"- {n}" for n in found)]
-    lines += ["", "| task | function | points | status | summary |", "|---|---|---|---|---|"]
+    lines += ["", "| task | function | points | status | checks | summary |", "|---|---|---|---|---|---|"]
     for row in rows(student, results, points):
-        summary = short(results[row["task"]], learner=True).replace("|", "\\|")
+        result = results[row["task"]]
+        summary = (failed_numbers(result) + short(result, learner=True)).replace("|", "\\|")
         lines.append(f"| {row['task']} | {', '.join(TASKS[row['task']].functions)} | {row['points']}/"
-                     f"{row['max_points']} | {row['status']} | {summary} |")
+                     f"{row['max_points']} | {row['status']} | {row['checks_passed']}/{row['checks_total']} | "
+                     f"{summary} |")
     todo = []
     for task_id in sorted(results, key=task_key):
         result = results[task_id]
@@ -329,6 +347,8 @@ def feedback_markdown(student, results, points, note):
             todo.append(task_id)
             continue
         lines += ["", f"## Task {task_id} · {TASKS[task_id].title} · {result.status}", ""]
+        if _partial(result):
+            lines += [checks_text(result, learner=True).replace("|", "\\|") + ".", ""]
         if result.cause:
             lines += [result.cause[0].upper() + result.cause[1:] + ".", ""]
         lines += ["```text", *learner_message(result).splitlines()[:15], "```"]
@@ -341,8 +361,8 @@ def feedback_markdown(student, results, points, note):
 
 
 def _test_output(result):
-    parts = [result.cause, learner_message(result) if result.status != "pass" else "", result.note and
-             f"note: {result.note}"]
+    parts = [checks_text(result, learner=True) if result.status != "pass" else "", result.cause,
+             learner_message(result) if result.status != "pass" else "", result.note and f"note: {result.note}"]
     return "\n".join(p for p in parts if p)
 
 
@@ -358,19 +378,22 @@ def gradescope_results(results, points, *, note="", visibility="visible"):
     for task_id in sorted(results, key=task_key):
         result = results[task_id]
         tests.append({"name": f"Task {task_id} · {', '.join(TASKS[task_id].functions)}: {TASKS[task_id].title}",
-                      "number": task_id, "score": earned(result, points[task_id]), "max_score": points[task_id],
+                      "number": task_id, "score": round(task_points(result, points, task_id), 6),
+                      "max_score": points[task_id],
                       "status": "passed" if result.status == "pass" else "failed",
                       "output": _test_output(result),
                       "visibility": "after_published" if result.hidden else visibility})
     got, total = totals(results, points)
     passed = sum(r.status == "pass" for r in results.values())
-    summary = [f"{fmt_points(got)} / {fmt_points(total)} points ({passed} of {len(results)} tasks pass)."]
+    summary = [f"{fmt_points(got)} / {fmt_points(total)} points ({passed} of {len(results)} tasks pass; each "
+               "check scores on its own)."]
     if is_empty(results):
         summary.append("Nothing to grade: none of the exercise files was found in the submission.")
     summary += [f"note: {n}" for n in notes(results)]
     if note:
         summary.append(f"The checks ran your code in a separate process ({note}).")
-    return {"score": got, "output": "\n".join(summary), "visibility": visibility, "stdout_visibility": "hidden",
+    return {"score": round(got, 6), "output": "\n".join(summary), "visibility": visibility,
+            "stdout_visibility": "hidden",
             "tests": tests}
 
 

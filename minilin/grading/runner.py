@@ -4,9 +4,11 @@ A Session builds every task's steps once (inputs and expected values from fixed 
 Calls to a file the children read. `Session.grade(folder)` copies the learner's exNN_*.py files, scans them
 (syntax, honesty), then starts one child per submission (Python and torch imported once, see child.py; this
 side's end of its pipe is pipe.py), which forks a worker per chapter: `import`, one `run` per step, `done`.
-Results come back as encoded values that this side judges. The time limit is per chapter. When a worker hangs,
-dies or sends garbage, only the task it was running fails (the whole chapter if it was importing the file) and a
-fresh worker takes the remaining tasks; a child that stops answering altogether is replaced.
+Results come back as encoded values that this side judges. Every step (check) of a task runs and is counted
+(Result.checks): the first failure is the task's message, and a task passing some of its checks is a fail with
+partial credit (rubric.earned). The time limit is per chapter. When a worker hangs, dies or sends garbage, only
+the task it was running fails, from the check it was running on (the whole chapter if it was importing the
+file), and a fresh worker takes the remaining tasks; a child that stops answering altogether is replaced.
 """
 import ast
 import collections
@@ -21,7 +23,7 @@ from pathlib import Path
 import torch
 
 from minilin.grading import honesty, sandbox, submission
-from minilin.grading.calls import dumps, execute, loads_untrusted
+from minilin.grading.calls import dumps, execute, loads_untrusted, summary
 from minilin.grading.checks import CannotGrade, Failure
 from minilin.grading.course import CHAPTERS, task_key
 from minilin.grading.pipe import Child, ChildGone
@@ -40,6 +42,16 @@ class Result:
     note: str = ""  # what the grader graded instead of the exact file (e.g. a misnamed or nested file)
     cause: str = ""  # "fails because it calls your scaled_scores (Task 1.1), which fails"
     lines: tuple = ()  # (file, line) of the learner's files in the traceback, innermost last
+    checks: tuple = ()  # one bool per check (the task's Steps, public then hidden): did it pass
+    failed: tuple = ()  # (check number from 1, what it ran, hidden label or "") of each failed check run
+
+    @property
+    def checks_passed(self):
+        return sum(map(bool, self.checks))
+
+    @property
+    def checks_total(self):
+        return len(self.checks)
 
 
 @dataclasses.dataclass
@@ -155,7 +167,7 @@ class Session:
                     results[task.id] = dataclasses.replace(results[task.id], note=note)
             if chapter.number in sources:
                 add_causes(chapter, sources[chapter.number], results)
-        return {t.id: results[t.id] for t in self.tasks}
+        return {t.id: counted(results[t.id], len(self.steps.get(t.id, ()))) for t in self.tasks}
 
     def _scan(self, chapter, tasks, path, folder, found, results):
         """Missing file, syntax error, forbidden helpers: decided here, without running anything."""
@@ -266,7 +278,11 @@ class Session:
             message = f"the process running your code {gone.message}\n  while {now['doing']}"
         for task in list(tasks) if now["importing"] else list(tasks)[:1]:
             hidden = "" if now["importing"] else now.get("hidden", "")
-            results[task.id] = Result(task.id, gone.status, message, hidden=hidden)
+            result = Result(task.id, gone.status, message, hidden=hidden)
+            if not now["importing"]:  # the checks before this one counted; this one and the rest fail
+                result = self._scored(task, result, now.get("checks", []),
+                                      now.get("failed", []), start=len(now.get("checks", [])))
+            results[task.id] = result
             tasks.remove(task)
         if not tasks:
             queue.popleft()
@@ -274,25 +290,67 @@ class Session:
     def _task(self, child, module, task, deadline, now):
         result = self._steps(child, module, task, deadline, now)
         now["hidden"] = ""  # set while a hidden check runs: a worker lost then fails with the hidden label
+        now["checks"], now["failed"], now["first"] = [], [], None
         return result
 
     def _steps(self, child, module, task, deadline, now):
+        """Every check runs (partial credit): the first failure is the message, each check is counted."""
         steps, public = self.steps[task.id], len(task.public_steps)
+        now["checks"], now["failed"], now["first"] = [], [], None
         for i, step in enumerate(steps):
             hidden = f"{i - public + 1} of {len(steps) - public}" if i >= public else ""  # a teacher's check
             now["doing"], now["hidden"] = f"running {step.calls[0].describe()}", hidden
-            child.send(f"run {module} {task.id}-{i}.pt")
-            values = []
-            for call in step.calls:
-                now["doing"] = f"running {call.describe()}"
-                reply = child.recv(b"C", deadline)
-                if not reply.get("ok"):
-                    result = error_result(task.id, reply.get("error") or {}, call.describe(), self.limits.memory)
-                    return dataclasses.replace(result, hidden=hidden)
-                values.append(reply.get("value"))
-            if verdict := judge(step, values):
-                return Result(task.id, "fail", verdict, hidden=hidden)
-        return Result(task.id, "pass")
+            result = self._step(child, module, f"{task.id}-{i}.pt", task, step, deadline, hidden, now)
+            now["checks"].append(result is None)
+            if result is not None:
+                now["failed"].append(label(i, step, hidden))
+                now["first"] = now["first"] or result
+        return self._scored(task, now["first"] or Result(task.id, "pass"), now["checks"], now["failed"])
+
+    def _step(self, child, module, inputs, task, step, deadline, hidden, now):
+        """None when the check passes, else its failing Result (the learner's exception or the judge's verdict)."""
+        child.send(f"run {module} {inputs}")
+        values = []
+        for call in step.calls:
+            now["doing"] = f"running {call.describe()}"
+            reply = child.recv(b"C", deadline)
+            if not reply.get("ok"):  # the child stops this check's calls there and waits for the next check
+                result = error_result(task.id, reply.get("error") or {}, call.describe(), self.limits.memory)
+                return dataclasses.replace(result, hidden=hidden)
+            values.append(reply.get("value"))
+        if verdict := judge(step, values):
+            return Result(task.id, "fail", verdict, hidden=hidden)
+        return None
+
+    def _scored(self, task, first, checks, failed, start=None):
+        """The task's Result from its checks; with `start` (a lost worker), checks from there on fail too."""
+        steps, public = self.steps[task.id], len(task.public_steps)
+        checks, failed = list(checks), list(failed)
+        for i in range(len(steps) if start is None else start, len(steps)):
+            checks.append(False)
+            failed.append(label(i, steps[i], f"{i - public + 1} of {len(steps) - public}" if i >= public else ""))
+        result = dataclasses.replace(first, checks=tuple(checks), failed=tuple(failed))
+        if 0 < result.checks_passed < result.checks_total:
+            result = dataclasses.replace(result, status="fail")  # partly right: a fail with partial credit
+        return result
+
+
+def label(index, step, hidden):
+    """How a failed check is named: its number and the call it ran, shortened to its keyword arguments when
+    long, e.g. (4, "attention(..., causal=True)", ""); a hidden check's label is for the teacher only."""
+    call = step.calls[0] if step.calls else None
+    what = call.describe() if call is not None else ""
+    if len(what) > 60 and not call.label and call.capture != "each":
+        keywords = "".join(f", {k}={summary(v)}" for k, v in call.kwargs.items())
+        what = f"{call.fn}(...{keywords})"
+    return index + 1, what if len(what) <= 60 else what[:57].rstrip(" ,(") + "...", hidden
+
+
+def counted(result, total):
+    """A Result decided without running its checks (missing file, syntax error...): every check failed."""
+    if result.checks or not total:
+        return result
+    return dataclasses.replace(result, checks=(result.status == "pass",) * total)
 
 
 def _calls(source):

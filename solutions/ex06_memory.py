@@ -1,0 +1,28 @@
+"""Solutions for exercises/ex06_memory.py (standalone: plain arithmetic, no minilin)."""
+
+
+def exact_saved_bytes(B, H, N, M, D, Dv, itemsize):
+    probabilities = B * H * N * M  # the (B, H, N, M) softmax output, kept for both products' backward
+    inputs = B * H * (N * D + M * D + M * Dv)  # q, k (for the scores' backward) and v (for P v's)
+    return (probabilities + inputs) * itemsize
+
+
+def linformer_saved_bytes(B, H, N, n, D, Dv, k, itemsize, shared):
+    probabilities = B * H * N * k  # (B, H, N, k)
+    queries = B * H * N * D  # q, for the gradient of the projected keys
+    projected = B * H * k * (D + Dv)  # E K (for q's gradient) and F V (for the probabilities' gradient)
+    projections = (1 if shared else 2) * k * n  # E for K's gradient, F for V's: one storage when E is F
+    return (probabilities + queries + projected + projections) * itemsize
+
+
+def flop_crossover(method, dim_head, size=None):
+    D = dim_head
+    per_length = {  # counted FLOPs per head are c · n for the linear methods; exact attention counts 4 n² D
+        "performer": lambda m: 4 * D * m + 4 * m * (D + 1),
+        "linear": lambda _: 4 * D * (D + 1),
+        "linformer": lambda k: 8 * k * D,
+    }
+    if method not in per_length:
+        raise ValueError(f"unknown method {method!r}; choose one of {tuple(per_length)}")
+    c = per_length[method](size)
+    return c // (4 * D) + 1  # the smallest n with 4 n² D > c n, i.e. n > c / 4D

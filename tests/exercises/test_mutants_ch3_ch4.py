@@ -1,0 +1,161 @@
+"""Planted wrong answers for chapters 3 and 4: each must fail its task's public checks.
+
+The pattern of MUTANTS in tests/exercises/test_exercises.py: a plausible wrong version of one task function
+(a constant hard-coded for one shape, a quadratic form, a stabiliser that reads ahead), graded in-process.
+"""
+import importlib.util
+
+import pytest
+
+from minilin.grading.course import TASKS
+from minilin.grading.runner import run_in_process
+
+FAVOR_EXPONENTS = (
+    "import math\nimport torch\n"
+    "def exponents(q, k, projection, d):\n"
+    "    w = projection.to(q.dtype) * d ** -0.25\n"
+    "    qs, ks = q * d ** -0.25, k * d ** -0.25\n"
+    "    eq = q @ w.T - 0.5 * (qs * qs).sum(-1, keepdim=True)\n"
+    "    ek = k @ w.T - 0.5 * (ks * ks).sum(-1, keepdim=True)\n"
+    "    return eq, ek\n")
+
+RECURRENCE = (  # Task 4.4's loop, reading out query i after adding key `first + i`
+    "def recurrence(phi_q, phi_k, v, state, z, first):\n"
+    "    outs = []\n"
+    "    for i in range(phi_q.shape[2]):\n"
+    "        state = state + phi_k[:, :, first + i, :, None] * v[:, :, first + i, None, :]\n"
+    "        z = z + phi_k[:, :, first + i]\n"
+    "        outs.append((phi_q[:, :, i, :, None] * state).sum(-2) / (phi_q[:, :, i] * z).sum(-1, keepdim=True))\n"
+    "    return torch.stack(outs, dim=2)\n")
+
+MUTANTS = {
+    # id: (task, source of a wrong version)
+    "3.2-scale-hard-coded-for-D-4": ("3.2", (
+        "import torch\n"
+        "def linformer_forward(q, k, v, E, F, mask=None):\n"
+        "    M = k.shape[2]\n"
+        "    if M > E.shape[-1] or M > F.shape[-1]:\n"
+        "        raise ValueError('too long')\n"
+        "    if mask is not None:\n"
+        "        k = k.masked_fill(~mask[:, None, :, None], 0.0)\n"
+        "        v = v.masked_fill(~mask[:, None, :, None], 0.0)\n"
+        "    kp, vp = E[..., :M] @ k, F[..., :M] @ v\n"
+        "    return torch.softmax(q @ kp.transpose(-2, -1) / 2.0, -1) @ vp\n")),
+    "3.2-length-hard-coded-M-6": ("3.2", (
+        "import math\nimport torch\n"
+        "def linformer_forward(q, k, v, E, F, mask=None):\n"
+        "    if k.shape[2] > E.shape[-1]:\n"
+        "        raise ValueError('too long')\n"
+        "    if mask is not None:\n"
+        "        k = k.masked_fill(~mask[:, None, :, None], 0.0)\n"
+        "        v = v.masked_fill(~mask[:, None, :, None], 0.0)\n"
+        "    kp, vp = E[..., :6] @ k[:, :, :6], F[..., :6] @ v[:, :, :6]\n"
+        "    return torch.softmax(q @ kp.transpose(-2, -1) / math.sqrt(q.shape[-1]), -1) @ vp\n")),
+    "3.4-scale-hard-coded-for-n-1024": ("3.4", (
+        "import torch\n"
+        "def fan_in_init(k, n, generator, dtype=torch.float64):\n"
+        "    return torch.randn(k, n, generator=generator, dtype=dtype) / 32.0\n")),
+    "3.5-padded-slots-stay-in-the-softmax": ("3.5", (
+        "import math\nimport torch\n"
+        "def linformer_slots(q, k, v, E, F, mask=None):\n"
+        "    M = k.shape[2]\n"
+        "    if M > E.shape[-1] or M > F.shape[-1]:\n"
+        "        raise ValueError('too long')\n"
+        "    if mask is not None:\n"
+        "        k = k.masked_fill(~mask[:, None, :, None], 0.0)\n"
+        "        v = v.masked_fill(~mask[:, None, :, None], 0.0)\n"
+        "    kp, vp = E[..., :M] @ k, F[..., :M] @ v\n"
+        "    return torch.softmax(q @ kp.transpose(-2, -1) / math.sqrt(q.shape[-1]), -1) @ vp\n")),
+    "3.6-self-attention-count-8nkd": ("3.6", (
+        "def linformer_matmul_flops(batch, heads, n, m, d, dv, proj_len):\n"
+        "    return 8 * batch * heads * n * proj_len * d\n")),
+    "4.2-no-sign-fix": ("4.2", (
+        "import torch\n"
+        "def orthogonal_projection(nb_features, dim, generator):\n"
+        "    blocks = [torch.linalg.qr(torch.randn(dim, dim, generator=generator, dtype=torch.float64))[0].T\n"
+        "              for _ in range(-(-nb_features // dim))]\n"
+        "    w = torch.cat(blocks)[:nb_features]\n"
+        "    g = torch.randn(nb_features, dim, generator=generator, dtype=torch.float64)\n"
+        "    return w * g.norm(dim=1, keepdim=True)\n")),
+    "4.2-one-length-per-block": ("4.2", (
+        "import torch\n"
+        "def orthogonal_projection(nb_features, dim, generator):\n"
+        "    blocks = []\n"
+        "    for _ in range(-(-nb_features // dim)):\n"
+        "        q, r = torch.linalg.qr(torch.randn(dim, dim, generator=generator, dtype=torch.float64))\n"
+        "        length = torch.randn(dim, generator=generator, dtype=torch.float64).norm()\n"
+        "        blocks.append((q * torch.sign(torch.diagonal(r))).T * length)\n"
+        "    return torch.cat(blocks)[:nb_features]\n")),
+    "4.3-dimension-hard-coded-D-8": ("4.3", FAVOR_EXPONENTS + (
+        "def favor_noncausal(q, k, v, projection):\n"
+        "    eq, ek = exponents(q, k, projection, 8)\n"
+        "    pq = torch.exp(eq - eq.amax(-1, keepdim=True))\n"
+        "    pk = torch.exp(ek - ek.amax(dim=(-2, -1), keepdim=True))\n"
+        "    return (pq @ (pk.transpose(-2, -1) @ v)) / (pq @ pk.sum(-2)[..., None])\n")),
+    "4.3-quadratic-attention-matrix": ("4.3", FAVOR_EXPONENTS + (
+        "def favor_noncausal(q, k, v, projection):\n"
+        "    eq, ek = exponents(q, k, projection, q.shape[-1])\n"
+        "    pq = torch.exp(eq - eq.amax(-1, keepdim=True))\n"
+        "    pk = torch.exp(ek - ek.amax(dim=(-2, -1), keepdim=True))\n"
+        "    a = pq @ pk.transpose(-2, -1)\n"
+        "    return (a @ v) / a.sum(-1, keepdim=True)\n")),
+    "4.4-quadratic-masked-form": ("4.4", (
+        "def causal_linear_attention(phi_q, phi_k, v):\n"
+        "    a = (phi_q @ phi_k.transpose(-2, -1)).tril()\n"
+        "    return (a / a.sum(-1, keepdim=True)) @ v\n")),
+    "4.5-stabiliser-reads-the-global-max": ("4.5", FAVOR_EXPONENTS + RECURRENCE + (
+        "def favor_causal(q, k, v, projection):\n"
+        "    eq, ek = exponents(q, k, projection, q.shape[-1])\n"
+        "    pq = torch.exp(eq - eq.amax(-1, keepdim=True))\n"
+        "    pk = torch.exp(ek - ek.amax(dim=(-2, -1), keepdim=True))\n"
+        "    B, H, N, m = pq.shape\n"
+        "    return recurrence(pq, pk, v, pq.new_zeros(B, H, m, v.shape[-1]), pq.new_zeros(B, H, m), 0)\n")),
+    "4.5-quadratic-tril-global-max": ("4.5", FAVOR_EXPONENTS + (
+        "def favor_causal(q, k, v, projection):\n"
+        "    eq, ek = exponents(q, k, projection, q.shape[-1])\n"
+        "    pq = torch.exp(eq - eq.amax(-1, keepdim=True))\n"
+        "    pk = torch.exp(ek - ek.amax(dim=(-2, -1), keepdim=True))\n"
+        "    a = (pq @ pk.transpose(-2, -1)).tril()\n"
+        "    return (a @ v) / a.sum(-1, keepdim=True)\n")),
+    "4.5-unstabilised": ("4.5", FAVOR_EXPONENTS + RECURRENCE + (
+        "def favor_causal(q, k, v, projection):\n"
+        "    eq, ek = exponents(q, k, projection, q.shape[-1])\n"
+        "    pq, pk = torch.exp(eq), torch.exp(ek)\n"
+        "    B, H, N, m = pq.shape\n"
+        "    return recurrence(pq, pk, v, pq.new_zeros(B, H, m, v.shape[-1]), pq.new_zeros(B, H, m), 0)\n")),
+    "4.6-top-left-aligned": ("4.6", "import torch\n" + RECURRENCE + (
+        "def causal_prefix_attention(phi_q, phi_k, v):\n"
+        "    B, H, N, m = phi_q.shape\n"
+        "    if N > phi_k.shape[2]:\n"
+        "        raise ValueError('more queries than keys')\n"
+        "    return recurrence(phi_q, phi_k, v, phi_q.new_zeros(B, H, m, v.shape[-1]), phi_q.new_zeros(B, H, m), 0)\n"
+    )),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MUTANTS))
+def test_a_planted_wrong_answer_fails(name, tmp_path):
+    task_id, code = MUTANTS[name]
+    path = tmp_path / f"mutant_{name.replace('-', '_').replace('.', '_')}.py"
+    path.write_text(code)
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    with pytest.raises(AssertionError):
+        run_in_process(TASKS[task_id], module)
+
+
+def test_the_graders_flop_count_is_flop_counter_modes():
+    """Task 3.6's expected values come from a light counter (FlopCounterMode imports torch._dynamo, seconds of
+    start-up in every grading run); on every shape the task uses it must agree with FlopCounterMode itself."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from minilin import linformer
+    from minilin.grading.ex03_linformer import FLOP_SHAPES, linformer_flops
+    for B, H, N, M, D, Dv, k in FLOP_SHAPES:
+        meta = lambda *s: torch.empty(*s, device="meta")
+        with FlopCounterMode(display=False) as counter:
+            linformer.linformer_attention(meta(B, H, N, D), meta(B, H, M, D), meta(B, H, M, Dv), meta(k, M),
+                                          meta(k, M))
+        assert linformer_flops(B, H, N, M, D, Dv, k) == counter.get_total_flops()

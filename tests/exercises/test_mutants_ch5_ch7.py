@@ -1,0 +1,166 @@
+"""Planted wrong answers for chapters 5 and 7 that the checks must fail (the MUTANTS pattern of test_exercises.py).
+
+Each mutant is plausible: right on the notebook's one shape, or right in value but quadratic, or a transcription
+of a notebook cell where an extend task asks for a new case.
+"""
+import importlib.util
+
+import pytest
+import torch
+
+from minilin.grading.checks import CannotGrade
+from minilin.grading.course import TASKS
+from minilin.grading.runner import run_in_process
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+ELU = "import torch\nphi = lambda x: torch.nn.functional.elu(x) + 1\n"
+
+MUTANTS = {
+    # id: (task, function name, code)
+    "5.1-quadratic": ("5.1", "efficient_attention", """import torch
+def efficient_attention(q, k, v, mask=None):  # right values through an (N, M) weight matrix
+    if mask is not None:
+        k = k.masked_fill(~mask[:, None, :, None], float("-inf"))
+    rho_k = torch.softmax(k, dim=-2).nan_to_num(0.0)
+    return (torch.softmax(q, dim=-1) @ rho_k.transpose(-2, -1)) @ v
+"""),
+    "5.2-quadratic": ("5.2", "causal_efficient_attention", """import torch
+def causal_efficient_attention(q, k, v, bucket_size=1):  # the masked (N, N) form
+    n = q.shape[2]
+    i = torch.arange(n)
+    last = i if bucket_size == 1 else (i // bucket_size) * bucket_size - 1
+    a = torch.softmax(q, -1) @ torch.exp(k).transpose(-2, -1)
+    a = a * (torch.arange(n)[None, :] <= last[:, None])
+    den = a.sum(-1, keepdim=True)
+    return torch.where(den > 0, a @ v / torch.where(den > 0, den, torch.ones_like(den)), torch.zeros_like(den))
+"""),
+    "5.3-fixed-root": ("5.3", "transplant_into_lat", """import torch
+def transplant_into_lat(ours, lat):  # √8: right only for the notebook's head dimension
+    with torch.no_grad():
+        for name in ("to_q", "to_k", "to_v"):
+            getattr(lat, name).weight.copy_(getattr(ours, name).weight)
+        lat.to_out.weight.copy_(ours.to_out.weight * 8 ** 0.5)
+        lat.to_out.bias.copy_(ours.to_out.bias)
+    return lat
+"""),
+    "5.5-notebook-formula": ("5.5", "block_flops", """
+def block_flops(batch, n, dim, *, proj_len=None, ff_mult=4):  # the notebook's 24·n·d², ff_mult ignored
+    mixing = 4 * n * n * dim if proj_len is None else 8 * n * proj_len * dim
+    return batch * (24 * n * dim * dim + mixing)
+"""),
+    "5.6-no-mask": ("5.6", "chunked_causal_linear_attention", ELU + """
+def chunked_causal_linear_attention(q, k, v, chunk_size, mask=None):  # padding ignored
+    a = (phi(q) @ phi(k).transpose(-2, -1)).tril()
+    return a @ v / a.sum(-1, keepdim=True)
+"""),
+    "5.6-notebook-cell": ("5.6", "chunked_causal_linear_attention", ELU + """
+def chunked_causal_linear_attention(q, k, v, chunk_size, mask=None):  # notebook 07's causal_linear_mix, masked
+    fk = phi(k) if mask is None else phi(k) * mask[:, None, :, None]
+    a = (phi(q) @ fk.transpose(-2, -1)).tril()
+    den = a.sum(-1, keepdim=True)
+    return torch.where(den > 0, a @ v / torch.where(den > 0, den, torch.ones_like(den)), torch.zeros_like(den))
+"""),
+    "5.6-whole-chunk": ("5.6", "chunked_causal_linear_attention", ELU + """
+def chunked_causal_linear_attention(q, k, v, chunk_size, mask=None):  # no tril inside a chunk: the future leaks
+    fq, fk = phi(q), phi(k) if mask is None else phi(k) * mask[:, None, :, None]
+    S, z, outs = 0, 0, []
+    for s in range(0, q.shape[2], chunk_size):
+        a, b, c = fq[:, :, s:s + chunk_size], fk[:, :, s:s + chunk_size], v[:, :, s:s + chunk_size]
+        S, z = S + b.transpose(-2, -1) @ c, z + b.sum(-2)
+        outs.append(a @ S / (a * z[:, :, None]).sum(-1, keepdim=True))
+    return torch.cat(outs, dim=2)
+"""),
+    "5.7-decay-after-write": ("5.7", "decayed_linear_attention", """import torch
+def decayed_linear_attention(q, k, v, gamma):  # the new token is decayed too
+    S, outs = 0, []
+    for i in range(q.shape[2]):
+        S = gamma[None, :, None, None] * (S + k[:, :, i, :, None] * v[:, :, i, None, :])
+        outs.append(torch.einsum("bhd,bhde->bhe", q[:, :, i], S) / q.shape[-1] ** 0.5)
+    return torch.stack(outs, dim=2)
+"""),
+    "5.7-quadratic": ("5.7", "decayed_linear_attention", """import torch
+def decayed_linear_attention(q, k, v, gamma):  # right values, through the (N, N) decay matrix
+    n = q.shape[2]
+    i = torch.arange(n, dtype=q.dtype)
+    decay = gamma[:, None, None] ** (i[:, None] - i[None, :]).clamp(min=0) * (i[:, None] >= i[None, :])
+    return (q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5 * decay) @ v
+"""),
+    "7.4-constant-byte": ("7.4", "mask_for_mlm", """import torch
+def mask_for_mlm(tokens, *, generator, mask_prob=0.15):  # every "random" replacement is one byte
+    selected = torch.rand(tokens.shape, generator=generator) < mask_prob
+    u = torch.rand(tokens.shape, generator=generator)
+    corrupted = tokens.clone()
+    corrupted[selected & (u < 0.8)] = 256
+    corrupted[selected & (u >= 0.8) & (u < 0.9)] = int(torch.randint(256, (1,), generator=generator))
+    return corrupted, torch.where(selected, tokens, torch.full_like(tokens, -100))
+"""),
+    "7.4-in-place": ("7.4", "mask_for_mlm", """import torch
+def mask_for_mlm(tokens, *, generator, mask_prob=0.15):  # corrupts the caller's tensor
+    selected = torch.rand(tokens.shape, generator=generator) < mask_prob
+    u = torch.rand(tokens.shape, generator=generator)
+    random_bytes = torch.randint(256, tokens.shape, generator=generator)
+    targets = torch.where(selected, tokens, torch.full_like(tokens, -100))
+    tokens[selected & (u < 0.8)] = 256
+    swap = selected & (u >= 0.8) & (u < 0.9)
+    tokens[swap] = random_bytes[swap]
+    return tokens, targets
+"""),
+    "7.7-inclusive-sum": ("7.7", "top_p_filter", """import torch
+def top_p_filter(logits, top_p):  # drops the token that crosses top_p (and may keep none)
+    p, order = torch.softmax(logits, -1).sort(dim=-1, descending=True)
+    keep = torch.zeros_like(p, dtype=torch.bool).scatter(-1, order, p.cumsum(-1) < top_p)
+    return logits.masked_fill(~keep, float("-inf"))
+"""),
+    "7.7-top-k": ("7.7", "top_p_filter", """import torch
+def top_p_filter(logits, top_p):  # a fixed count of tokens instead of a mass
+    k = max(1, round(top_p * logits.shape[-1]))
+    kth = torch.topk(logits, k, dim=-1).values[..., -1:]
+    return logits.masked_fill(logits < kth, float("-inf"))
+"""),
+    "7.8-stale-state": ("7.8", "efficient_decode_step", """import torch
+def efficient_decode_step(q_t, k_t, v_t, state=None):  # right output, the old state returned
+    S = torch.einsum("bhd,bhe->bhde", k_t.exp(), v_t)
+    z = k_t.exp()
+    old = (S, z) if state is None else state
+    if state is not None:
+        S, z = state[0] + S, state[1] + z
+    fq = torch.softmax(q_t, -1)
+    return torch.einsum("bhd,bhde->bhe", fq, S) / (fq * z).sum(-1, keepdim=True), old
+"""),
+    "7.8-elu-features": ("7.8", "efficient_decode_step", """import torch
+def efficient_decode_step(q_t, k_t, v_t, state=None):  # notebook 07's elu+1 map instead of LAT's kernel
+    phi = lambda x: torch.nn.functional.elu(x) + 1
+    S = torch.einsum("bhd,bhe->bhde", phi(k_t), v_t)
+    z = phi(k_t)
+    if state is not None:
+        S, z = state[0] + S, state[1] + z
+    return torch.einsum("bhd,bhde->bhe", phi(q_t), S) / (phi(q_t) * z).sum(-1, keepdim=True), (S, z)
+"""),
+}
+
+
+@pytest.mark.parametrize("mutant", sorted(MUTANTS))
+def test_a_plausible_wrong_answer_fails(mutant, tmp_path):
+    task_id, name, code = MUTANTS[mutant]
+    path = tmp_path / f"mutant_{mutant.replace('.', '_').replace('-', '_')}.py"
+    path.write_text(code)
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert callable(getattr(module, name))
+    try:
+        with pytest.raises(AssertionError):
+            run_in_process(TASKS[task_id], module)
+    except CannotGrade as err:
+        pytest.skip(str(err))
+
+
+def test_the_mutants_are_right_somewhere():
+    """A mutant that is wrong everywhere proves little: the quadratic ones compute the right values."""
+    from minilin.efficient import efficient_attention
+    ns = {}
+    exec(MUTANTS["5.1-quadratic"][2], ns)
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 2, 5, 4, generator=g, dtype=torch.float64) for _ in range(3))
+    assert torch.allclose(ns["efficient_attention"](q, k, v), efficient_attention(q, k, v), atol=1e-12)

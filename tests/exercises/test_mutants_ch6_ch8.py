@@ -1,0 +1,108 @@
+"""Plausible wrong answers to chapters 6 and 8's tasks: each must fail its task's checks (the MUTANTS pattern of
+test_exercises.py). Each mutant is a mistake that one shape, one dtype or a notebook cell's special case would let
+through."""
+import importlib.util
+
+import pytest
+
+from minilin.grading.course import TASKS
+from minilin.grading.runner import run_in_process
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+MUTANTS = {
+    # 6.1: notebook 06's count for N = M and D = Dv, written with N everywhere
+    "6.1 N = M": ("exact_saved_bytes", "def exact_saved_bytes(B, H, N, M, D, Dv, itemsize):\n"
+                                       "    return (B * H * N * N + 3 * B * H * N * D) * itemsize\n"),
+    # 6.2: E and F counted twice even when they are one tensor
+    "6.2 shared twice": ("linformer_saved_bytes",
+                         "def linformer_saved_bytes(B, H, N, n, D, Dv, k, itemsize, shared):\n"
+                         "    return (B * H * (N * k + N * D + k * D + k * Dv) + 2 * k * n) * itemsize\n"),
+    # 6.2: exact attention's habit carried over: keys and values kept as well, projections forgotten
+    "6.2 keeps k, v": ("linformer_saved_bytes",
+                       "def linformer_saved_bytes(B, H, N, n, D, Dv, k, itemsize, shared):\n"
+                       "    return B * H * (N * k + N * D + n * D + n * Dv) * itemsize\n"),
+    # 6.3: the ceiling of the bound, equal counts taken as "fewer" when c / 4D is a whole number
+    "6.3 ceil": ("flop_crossover", "import math\n"
+                                   "def flop_crossover(method, dim_head, size=None):\n"
+                                   "    D = dim_head\n"
+                                   "    c = {'performer': lambda m: 4 * D * m + 4 * m * (D + 1),\n"
+                                   "         'linear': lambda _: 4 * D * (D + 1), 'linformer': lambda k: 8 * k * D}\n"
+                                   "    if method not in c:\n"
+                                   "        raise ValueError(method)\n"
+                                   "    return math.ceil(c[method](size) / (4 * D))\n"),
+    # 6.3: FAVOR+ without its projection of q and k (only the two products with m features)
+    "6.3 no projection": ("flop_crossover", "def flop_crossover(method, dim_head, size=None):\n"
+                                            "    D = dim_head\n"
+                                            "    c = {'performer': lambda m: 4 * m * (D + 1),\n"
+                                            "         'linear': lambda _: 4 * D * (D + 1),\n"
+                                            "         'linformer': lambda k: 8 * k * D}\n"
+                                            "    if method not in c:\n"
+                                            "        raise ValueError(method)\n"
+                                            "    return c[method](size) // (4 * D) + 1\n"),
+    # 8.1: scores scaled by 1/√k (the number of slots) instead of 1/√D
+    "8.1 scale by k": ("linformer_effective_map",
+                       "import torch\n"
+                       "def linformer_effective_map(q, k, E, F, mask=None):\n"
+                       "    M = k.shape[2]\n"
+                       "    E, F = E[..., :M], F[..., :M]\n"
+                       "    if mask is not None:\n"
+                       "        k = k.masked_fill(~mask[:, None, :, None], 0.0)\n"
+                       "        F = F * mask[:, None, None, :]\n"
+                       "    s = q @ (E @ k).transpose(-2, -1) / E.shape[-2] ** 0.5\n"
+                       "    return torch.softmax(s, -1) @ F\n"),
+    # 8.1: padded keys zeroed, but the padded positions' columns of F kept (their values would join the slots)
+    "8.1 padded values": ("linformer_effective_map",
+                          "import torch\n"
+                          "def linformer_effective_map(q, k, E, F, mask=None):\n"
+                          "    M = k.shape[2]\n"
+                          "    E, F = E[..., :M], F[..., :M]\n"
+                          "    if mask is not None:\n"
+                          "        k = k.masked_fill(~mask[:, None, :, None], 0.0)\n"
+                          "    s = q @ (E @ k).transpose(-2, -1) / q.shape[-1] ** 0.5\n"
+                          "    return torch.softmax(s, -1) @ F\n"),
+    # 8.2: notebook 02's relative Frobenius error, and the same number for the spectral norm
+    "8.2 relative": ("rank_cut_errors", "import torch\n"
+                                        "def rank_cut_errors(P, r):\n"
+                                        "    s = torch.linalg.svdvals(P)\n"
+                                        "    rel = (s[..., r:].square().sum(-1) / s.square().sum(-1)).sqrt()\n"
+                                        "    return rel, rel\n"),
+    # 8.2: the Frobenius error for both norms (right only when one singular value is dropped)
+    "8.2 one norm": ("rank_cut_errors", "import torch\n"
+                                        "def rank_cut_errors(P, r):\n"
+                                        "    s = torch.linalg.svdvals(P)\n"
+                                        "    fro = s[..., r:].square().sum(-1).sqrt()\n"
+                                        "    return fro, fro\n"),
+    # 8.3: notebook 08's ideal map: the first k positions, not the chosen ones
+    "8.3 first k": ("linformer_copy", "import math\n"
+                                      "import torch\n"
+                                      "from minilin.attention import softmax_attention\n"
+                                      "def linformer_copy(v, positions, sharpness):\n"
+                                      "    B, H, M, _ = v.shape\n"
+                                      "    n = len(positions)\n"
+                                      "    E = torch.zeros(n, M, dtype=v.dtype)\n"
+                                      "    E[torch.arange(n), torch.arange(n)] = 1.0\n"
+                                      "    keys = torch.zeros(B, H, M, n, dtype=v.dtype)\n"
+                                      "    keys[:, :, torch.arange(n), torch.arange(n)] = 1.0\n"
+                                      "    eye = torch.eye(n, dtype=v.dtype).expand(B, H, n, n)\n"
+                                      "    q = sharpness * math.sqrt(n) * eye\n"
+                                      "    return softmax_attention(q, E @ keys, E @ v)\n"),
+    # 8.3: a hard copy, ignoring the softmax's weight on the other slots
+    "8.3 hard copy": ("linformer_copy", "def linformer_copy(v, positions, sharpness):\n"
+                                        "    return v[:, :, list(positions)]\n"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MUTANTS))
+def test_a_plausible_wrong_answer_fails(name, tmp_path):
+    function, code = MUTANTS[name]
+    task_id = name.split()[0]
+    path = tmp_path / f"mutant_{task_id.replace('.', '_')}.py"
+    path.write_text(code)
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert hasattr(module, function)
+    with pytest.raises(AssertionError):
+        run_in_process(TASKS[task_id], module)
+
