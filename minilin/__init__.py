@@ -29,6 +29,6 @@ except ModuleNotFoundError as err:
     # course's environment is not active). One line that says which Python, what is missing and what to do.
     print(f"python -m minilin: error: this Python ({sys.executable}) has no module {err.name!r}: it is not the "
           f"course's environment. Activate it first (`. .venv/bin/activate`, on Windows "
-          f"`.venv\\Scripts\\Activate.ps1`), or in a notebook cell run `!{{sys.executable}} -m minilin ...`, "
-          f"which uses the notebook's own Python", file=sys.stderr)
+          f"`.venv\\Scripts\\Activate.ps1`), or in a notebook cell run `!\"{{sys.executable}}\" -m minilin ...` "
+          f"(quoted: the path may hold a space), which uses the notebook's own Python", file=sys.stderr)
     raise SystemExit(2) from None

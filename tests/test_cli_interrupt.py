@@ -166,4 +166,4 @@ def test_a_python_without_the_courses_packages_says_so_in_one_line():
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in out.stderr, out.stderr
     assert sys.executable in lines[0] and "'torch'" in lines[0] and "activate" in lines[0].lower()
-    assert "{sys.executable} -m minilin" in lines[0]
+    assert "!\"{sys.executable}\" -m minilin" in lines[0]  # quoted: a path with a space still works

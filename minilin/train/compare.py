@@ -147,12 +147,14 @@ def format_table(rows):
     """The comparison table: each model's best recipe, mean ± std [min-max] over seeds, and the verdict."""
     lines = [f"{'model':<24}{'params':>10}{'ms/step':>9}  {'best recipe':<18}{'seeds':>5}"
              f"{'val bits/byte (mean ± std [min-max])':>38}  vs best"]
-    for s in summarize(rows):
+    summary = summarize(rows)
+    for s in summary:
         spread = f"{s['mean']:.3f} ± {s['std']:.3f} [{s['lo']:.3f}-{s['hi']:.3f}]"
         lines.append(f"{s['model']:<24}{s['params']:>10,}{s['ms_per_step']:>9.1f}  {s['recipe']:<18}{s['n']:>5}"
                      f"{spread:>38}  {s['verdict']}")
-    lines.append("tie: the model's min-max range over seeds overlaps the best model's, so the difference is not "
-                 "a finding")
+    if any(s["verdict"] == "tie" for s in summary):  # the footnote explains a verdict only where one is shown
+        lines.append("tie: the model's min-max range over seeds overlaps the best model's, so the difference is "
+                     "not a finding")
     return "\n".join(lines)
 
 
