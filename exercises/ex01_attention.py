@@ -84,7 +84,8 @@ def score_matrix_bytes(batch, heads, n, dtype):
     """Task 1.5: bytes needed to store the (batch, heads, n, n) score matrix in `dtype`.
 
     dtype: a torch dtype, e.g. torch.float16. Return a Python int.
-    Revisits notebook 01, section 5. Checked with float16, bfloat16, float32 and float64 and several sizes.
+    Revisits notebook 01, section 5. Checked with float16, bfloat16, float32, float64 and floating dtypes
+    beyond those four, and several sizes.
 
     Hint 1 (nudge): number of entries times the size of one entry.
     Hint 2 (plan): the size of one entry comes from the dtype itself; do not hard-code a table of dtypes.

@@ -63,9 +63,12 @@ def projection_matrix_count(sharing, layers, heads):
 
     Hint 1 (nudge): count per layer first (how many matrices does one layer keep in each mode?), then decide
         which modes multiply by the number of layers.
-    Hint 2 (plan): "none" keeps an E and an F per head; "headwise" one E and one F per layer; "kv" one matrix
-        per layer; "layerwise" one matrix in all. Check the mode is one of the four before counting.
-    Hint 3 (formula): none: 2 · layers · heads; headwise: 2 · layers; kv: layers; layerwise: 1.
+    Hint 2 (plan): for each mode ask two questions: over what is one set of projections shared (a head, a
+        layer, the whole model), and does that set hold two matrices (E and F) or one (E = F)? Check the mode is
+        one of the four before counting.
+    Hint 3 (formula): count = (matrices in one set) × (number of sets), where a set holds 2 matrices when E and F
+        are separate and 1 when they are the same, and there is one set per head of every layer, per layer, or
+        for the whole model; the paper's 12 × 12 numbers above let you test each mode.
     """
     raise NotImplementedError("Task 3.3")
 

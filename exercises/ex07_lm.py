@@ -110,7 +110,7 @@ def mask_for_mlm(tokens, *, generator, mask_prob=0.15):
     """Task 7.4: BERT's masked-LM corruption -> (corrupted, targets), both shaped like tokens.
 
     Revisits notebook 07, section 2 ("Masked LM").
-    Select each position with probability mask_prob (torch.rand(..., generator=generator) < mask_prob).
+    Select each position independently with probability mask_prob.
     A selected position becomes MASK_ID with probability 0.8, a uniformly random byte (0..255, drawn for each
     position) with probability 0.1, and keeps its byte with probability 0.1. targets = the original byte at
     selected positions, IGNORE elsewhere. Unselected positions of `corrupted` equal `tokens`, and `tokens`
@@ -125,10 +125,9 @@ def mask_for_mlm(tokens, *, generator, mask_prob=0.15):
         uniform one for the choice, random bytes; a copy of tokens to corrupt; two bool masks (selected and
         "mask it", selected and "swap it") to write into that copy; targets full of IGNORE except at the
         selected positions. Never modify `tokens` itself.
-    Hint 3 (formula): a position is selected when its first uniform draw is below mask_prob. Among the selected,
-        a second uniform draw u below 0.8 means MASK_ID, u in [0.8, 0.9) means the random byte drawn for that
-        position, otherwise the byte stays. Targets are IGNORE everywhere except the selected positions, which
-        keep the original byte.
+    Hint 3 (formula): per position, P(selected) = mask_prob; given selected, P(MASK_ID) = 0.8, P(a random
+        byte) = 0.1, P(unchanged) = 0.1, so a second uniform number u in [0, 1) cut into pieces of lengths 0.8, 0.1
+        and 0.1 picks the outcome. target = the original byte when selected, IGNORE otherwise.
     """
     raise NotImplementedError("Task 7.4")
 
@@ -137,18 +136,19 @@ def lr_at(step, *, lr, steps, warmup, min_lr):
     """Task 7.5: the learning rate at 0-based `step`: linear warm-up, then cosine decay.
 
     Revisits notebook 07, section 4 ("The training loop", the schedule plotted there).
-    step < warmup:  lr · (step + 1) / warmup
-    otherwise:      min_lr + (lr - min_lr) · (1 + cos(π · p)) / 2,
-                    with p = min(1, (step - warmup) / max(1, steps - warmup))
+    The rate rises in a straight line over the first `warmup` steps, then falls along half a cosine wave from
+    lr down to min_lr, reaching min_lr at step `steps` and staying there for any later step. With warmup > 0 the
+    rate at step 0 is lr / warmup (not 0: step 0 already trains), and the last warm-up step (warmup - 1) and the
+    first step after it (warmup) both have the rate lr. With warmup = 0 the schedule starts at lr at step 0.
     Return a float. The checks use three schedules (one without warm-up) at every step, and past the last.
 
     Hint 1 (nudge): check the ends: what is the rate at step 0, at the last warm-up step, at step == warmup
-        (p = 0) and once p reaches 1? With warmup = 0, which branch does step 0 take?
-    Hint 2 (plan): one if for the warm-up; otherwise compute p, clipped at 1, then the cosine formula (math.cos).
-        Plain Python arithmetic on floats; no tensors needed.
-    Hint 3 (formula): during warm-up the rate is lr·(step + 1)/warmup. After it, p is the fraction of the
-        remaining steps done (steps − warmup of them, at least 1), capped at 1, and the rate is
-        min_lr + (lr − min_lr)·(1 + cos(π·p))/2.
+        and once the decay is over? With warmup = 0, which part of the schedule does step 0 belong to?
+    Hint 2 (plan): one if for the warm-up; otherwise the fraction p of the decay done so far, clipped at 1,
+        then a cosine of p (math.cos). Plain Python arithmetic on floats; no tensors needed.
+    Hint 3 (formula): during warm-up the rate is lr times (step + 1) over warmup. After it, p is the number of
+        steps since the warm-up ended divided by the number of decay steps (steps − warmup, at least 1), capped at
+        1, and the rate is min_lr plus (lr − min_lr) times (1 + cos(π·p)) / 2.
     """
     raise NotImplementedError("Task 7.5")
 

@@ -36,41 +36,62 @@ def linformer_effective_map(q, k, E, F, mask=None):
     raise NotImplementedError("Task 8.1")
 
 
-def rank_cut_errors(P, r):
-    """Task 8.2: how far the best rank-r matrix is from each map, in the spectral and the Frobenius norm.
+def state_readout(k, v, q):
+    """Task 8.2 (first function): store p key-value pairs in one fixed-size state and read it with queries.
 
-    P: (B, H, N, M) float64 maps, r: an int >= 0  ->  (spectral, frobenius), two (B, H) tensors: the norms of
-    P - P_r, where P_r is the best rank-r approximation of each (N, M) matrix (truncated SVD).
-    Extends notebook 08, section 4 (which cuts trained maps to rank r with minilin.lowrank.best_rank_approx and
-    only reads the accuracy) and notebook 02, section 1 (the relative Frobenius error): here both errors come from
-    the singular values alone, for any map and any r, including r = 0 and r at or above the rank.
+    k: (B, H, p, D) keys, v: (B, H, p, Dv) values, q: (B, H, Q, D) queries  ->  (B, H, Q, Dv)
+    Linear attention without its normaliser keeps one (D, Dv) state per head, S = Σ_i k_i v_iᵀ, whatever p is;
+    a query q reads out q S. Return the readout of every query.
+    Extends notebook 08, sections 1 and 2 (a sharp lookup; one fixed budget that cannot hold what the task
+    needs) to associative recall (minilin.data.AssociativeRecall's task): no notebook cell stores pairs in a
+    linear-attention state.
 
-    Hint 1 (nudge): Eckart–Young says what the best rank-r cut leaves behind: the singular values it drops. Which
-        norm of a matrix is its largest singular value, and which is the root of the sum of their squares?
-    Hint 2 (plan): the singular values of every matrix in the batch at once, largest first; keep those from index
-        r on; reduce them two ways. When r reaches the number of singular values nothing is left: both errors 0.
-    Hint 3 (formula): with s_1 >= s_2 >= ... the singular values of P, spectral error = s_{r+1} (0 when there is no
-        (r+1)-th value) and Frobenius error = √(Σ_{i>r} s_i²).
+    Hint 1 (nudge): the state does not grow with p: it is a sum of outer products, one per pair.
+    Hint 2 (plan): build the state of every (batch, head) at once from the keys and the values, then multiply
+        the queries by it. Nowhere do you need a (Q, p) matrix of scores, though the result is the same.
+    Hint 3 (formula): S = Σ_i k_i ⊗ v_i, a (D, Dv) matrix per head, and readout_j = Σ_d q_j[d] S[d, :]
+        = Σ_i (q_j · k_i) v_i.
+    """
+    raise NotImplementedError("Task 8.2")
+
+
+def recall_accuracy(k, v):
+    """Task 8.2 (second function): the fraction of the p pairs that the state gives back.
+
+    k: (B, H, p, D), v: (B, H, p, Dv)  ->  (B, H) floating tensor, each entry in [0, 1]
+    Query the state S = Σ_i k_i v_iᵀ with each stored key k_i; the pair is recalled when the stored value
+    nearest (Euclidean distance) to the readout k_i S is v_i itself. Return the recalled fraction per head.
+    With orthonormal keys and p <= D every pair comes back exactly; past p = D the keys cannot be orthogonal,
+    the crosstalk Σ_{j≠i} (k_i · k_j) v_j grows, and the accuracy falls.
+    Extends notebook 08, sections 1 and 2, as state_readout does.
+
+    Hint 1 (nudge): read the state with the keys themselves, then compare each readout with every stored value.
+    Hint 2 (plan): the readouts (B, H, p, Dv); the distances from each readout to each value (B, H, p, p); the
+        index of the nearest value for each readout; how often it is the readout's own index.
+    Hint 3 (formula): recalled_i = [argmin_j ‖k_i S - v_j‖ = i], accuracy = (1/p) Σ_i recalled_i.
     """
     raise NotImplementedError("Task 8.2")
 
 
 def linformer_copy(v, positions, sharpness):
-    """Task 8.3: make Linformer copy the values at k chosen positions, with a selection E = F.
+    """Task 8.3: build a Linformer layer that copies the values at chosen positions.
 
-    v: (B, H, M, Dv), positions: a list of k distinct ints in 0..M-1, sharpness: a float s >= 0  ->  (B, H, k, Dv)
-    Build the (k, M) selection matrix with E = F (row i is 1 at column positions[i], 0 elsewhere), keys k (B, H, M, k)
-    whose row at positions[i] is the unit vector e_i (zero rows elsewhere), and k queries q_j = s·√k·e_j; return
-    Linformer's output softmax(q (E k)ᵀ / √k) (F v) for them. Slot j then reads v[positions[j]], exactly as s grows.
-    Extends notebook 08, sections 1 and 4: the copy that needs rank S is within reach of a Linformer whose k slots
-    are the positions to copy; no notebook cell builds such a projection.
+    v: (B, H, M, Dv), positions: a list of `slots` distinct ints in 0..M-1, sharpness: a float s >= 0
+    ->  (B, H, slots, Dv)
+    Choose Linformer's projections E = F of shape (slots, M), keys (B, H, M, D) and `slots` queries (B, H, slots, D)
+    so that, after the 1/√D scaling, query j scores s on projected slot j and 0 on every other slot, with slot j
+    holding the key and the value of position positions[j]. Return the layer's output
+    softmax(q (E k)ᵀ / √D) (F v) for these choices: row j then tends to v[positions[j]] as s grows.
+    Extends notebook 08, sections 1 and 4: the copy that needs full rank is within reach of a Linformer whose
+    slots are the positions to copy; no notebook cell builds such a projection.
 
-    Hint 1 (nudge): with E a selection, E k and F v are just rows of k and v picked out in the order of
-        `positions`. What scores do one-hot keys and scaled one-hot queries give?
-    Hint 2 (plan): build the selection matrix and the one-hot keys (mind the order: key row positions[i] holds
-        e_i), scale an identity for the queries, then exact attention over the k projected slots (you may call
-        softmax_attention for that last step).
-    Hint 3 (formula): the scores are s·δ_ij, so slot j returns (e^s · v[positions[j]] + Σ_{i≠j} v[positions[i]]) /
-        (e^s + k - 1): the copy of v[positions[j]] up to weight (k - 1) / (e^s + k - 1) on the other slots.
+    Hint 1 (nudge): what must a projection matrix look like for its product with the values to be just some rows
+        of the values, in a chosen order? And which keys and queries give a score table that is s times the
+        identity?
+    Hint 2 (plan): a (slots, M) matrix that picks positions; keys that are zero except at the chosen positions,
+        each a different direction; queries along those same directions, scaled to undo the 1/√D; then exact
+        attention over the projected slots (softmax_attention may do that last step).
+    Hint 3 (formula): E[i, t] = 1 when t = positions[i], else 0; choose D = slots, the key at positions[i] the
+        i-th unit vector, and query j the j-th unit vector times s·√D, so that (q (E k)ᵀ)[j, i] / √D = s·δ_ij.
     """
     raise NotImplementedError("Task 8.3")

@@ -16,11 +16,16 @@ def linformer_effective_map(q, k, E, F, mask=None):
     return torch.softmax(scores, dim=-1) @ F  # (B, H, N, k) @ (k, M) -> (B, H, N, M)
 
 
-def rank_cut_errors(P, r):
-    s = torch.linalg.svdvals(P)  # (B, H, min(N, M)), largest first
-    tail = s[..., r:]
-    spectral = tail[..., 0] if tail.shape[-1] else torch.zeros_like(s[..., 0])
-    return spectral, tail.square().sum(-1).sqrt()  # Eckart-Young in both norms
+def state_readout(k, v, q):
+    state = k.transpose(-2, -1) @ v  # (B, H, D, Dv): Σ_i k_i v_iᵀ, the same size for any p
+    return q @ state
+
+
+def recall_accuracy(k, v):
+    readout = state_readout(k, v, k)  # (B, H, p, Dv): each stored key asks for its own value
+    nearest = torch.cdist(readout, v).argmin(dim=-1)  # (B, H, p): the stored value closest to each readout
+    own = torch.arange(k.shape[-2], device=k.device)
+    return (nearest == own).to(k.dtype).mean(dim=-1)
 
 
 def linformer_copy(v, positions, sharpness):

@@ -13,6 +13,7 @@ import os
 import struct
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 TAG = "__minilin__"  # marks an encoded non-plain value (an opaque object, a meta tensor, an expected exception)
 MAX_DEPTH = 40
@@ -26,7 +27,7 @@ class Call:
     fn: str
     args: tuple = ()
     kwargs: dict = dataclasses.field(default_factory=dict)
-    capture: str = "value"  # value | module:<i> (state_dict of argument i) | matmul_shapes | each
+    capture: str = "value"  # value | module:<i> (state_dict of argument i) | matmul_shapes (+ largest) | each
     raises: tuple = ()
     label: str = ""
 
@@ -130,15 +131,31 @@ class MatmulSpy(torch.overrides.TorchFunctionMode):
         return out
 
 
+class LargestOp(TorchDispatchMode):
+    """Records the most elements of any tensor an operator produces while active (views and in-place results
+    included): an (N, M) score matrix built without a matrix product, by broadcasting, shows up here."""
+
+    def __init__(self):
+        super().__init__()
+        self.largest = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in (out if isinstance(out, (tuple, list)) else (out,)):
+            if isinstance(t, torch.Tensor):
+                self.largest = max(self.largest, t.numel())
+        return out
+
+
 def _capture(call, fn, args, kwargs):
     if call.capture == "value":
         return fn(*args, **kwargs)
     if call.capture == "each":
         return [fn(*a, **kw) for a, kw in args[0]]
     if call.capture == "matmul_shapes":
-        with MatmulSpy() as spy:
+        with MatmulSpy() as spy, LargestOp() as sizes:
             out = fn(*args, **kwargs)
-        return {"products": spy.products, "shape": tuple(getattr(out, "shape", ()))}
+        return {"products": spy.products, "shape": tuple(getattr(out, "shape", ())), "largest": sizes.largest}
     if call.capture.startswith("module:"):
         i = int(call.capture.split(":")[1])
         out = fn(*args, **kwargs)

@@ -80,6 +80,11 @@ def score_matrix_bytes(f):
     yield equal(f(2, 3, 10, torch.float64), 2 * 3 * 100 * 8, what="2·3·10² entries of 8 bytes")
     yield equal(f(1, 1, 4, torch.bfloat16), 32, what="16 entries of 2 bytes, as a Python int")
     yield equal(f(4, 16, 32768, torch.float16), 128 * 2**30, what="128 GiB")
+    # a dtype outside the usual four: a hard-coded table of float16/bfloat16/float32/float64 cannot pass
+    for dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
+        size = torch.finfo(dtype).bits // 8
+        yield equal(f(3, 2, 8, dtype), 3 * 2 * 64 * size,
+                    what=f"3·2·8² entries of {size} byte(s) in {str(dtype).removeprefix('torch.')}")
 
 
 # --- 1.6 (extend): decoding with a key/value cache -------------------------------------------------------

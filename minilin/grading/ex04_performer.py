@@ -28,13 +28,19 @@ def all_close(pairs, what, atol=1e-10, rtol=0.0):
 
 def not_quadratic(call, n, m):
     """A step: no matrix product computed during `call` may have both last dimensions >= n/2 and >= m/2 (the
-    inputs' other sizes are all far smaller), i.e. nothing of the size of the (N, M) attention matrix."""
+    inputs' other sizes are all far smaller), and no tensor any operation produces may hold N·M/2 elements or
+    more (a score matrix built by broadcasting instead of a product): nothing of the size of the (N, M) matrix,
+    even for one (batch, head)."""
     spy = captured(call, "matmul_shapes")
 
     def judge(got):
         big = [p for p in got["products"] if min(p) >= min(n, m) // 2 and max(p) >= max(n, m) // 2]
         expect(not big, spy, f"computed matrix products of shape {sorted(set(big))[:3]} for N = {n}, M = {m}: "
                              f"the cost grows like N·M (quadratic); use the associativity of the products")
+        largest = got.get("largest", 0)
+        expect(largest < n * m // 2, spy, f"an intermediate tensor of {largest} elements for N = {n}, M = {m} "
+                                          f"(N·M = {n * m}): something the size of the attention matrix was built "
+                                          f"(broadcasting counts too); sum over the keys first")
     return check(spy, judge=judge)
 
 
@@ -166,7 +172,7 @@ def favor_noncausal(f):
     call = f(q, k, v, w)
 
     def stable(got):
-        tensor(call, got, (1, 2, 30, 4))
+        tensor(call, got, (1, 2, 30, 4), torch.float32)  # float32 in, float32 out: no upcast to hide overflow
         expect(bool(torch.isfinite(got).all()), call, "inf or NaN in float32 with |x| up to 20: subtract the "
                "maxima before exp (queries: per row; keys: one max over all keys and features)")
         expect_close(got.double()[ok], ref[ok], call=call, atol=1e-3, dtype=False,
@@ -270,7 +276,7 @@ def favor_causal(f):
     call = f(q, k, v, w)
 
     def stable(got):
-        tensor(call, got, (1, 2, 30, 4))
+        tensor(call, got, (1, 2, 30, 4), torch.float32)  # float32 in, float32 out: no upcast to hide overflow
         expect(bool(torch.isfinite(got).all()), call, "inf or NaN in float32 with entries up to ±20: scale each "
                "key by a running maximum of the exponents of the keys so far, each query by its own row maximum")
         expect_close(got.double()[ok], ref[ok], call=call, atol=1e-3, dtype=False,

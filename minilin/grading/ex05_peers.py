@@ -22,7 +22,8 @@ def peer(module):
 
 
 def no_quadratic_product(call, n, m, out_shape):
-    """A step: among the matrix products the call forms, none is (n x m) or (m x n): no score matrix."""
+    """A step: among the matrix products the call forms, none is (n x m) or (m x n), and no tensor that any
+    operation produces holds B·H·n·m elements or more (a score matrix built by broadcasting): no score matrix."""
     def judge(got):
         products = got.get("products") if isinstance(got, dict) else None
         expect(isinstance(products, list), call, f"returned {kind(got)}; expected the function's output")
@@ -30,6 +31,10 @@ def no_quadratic_product(call, n, m, out_shape):
         square = sorted({p for p in products if tuple(p) in ((n, m), (m, n))})
         expect(not square, call, f"formed a matrix product of shape {square[:1]}: an (N x M) = ({n} x {m}) score "
                                  f"matrix; sum over the keys first. Products recorded: {products[:8]}")
+        full = out_shape[0] * out_shape[1] * n * m
+        expect(got.get("largest", 0) < full, call, f"an intermediate tensor of {got.get('largest')} elements, as "
+               f"many as the B·H·N·M = {full} scores: an (N x M) = ({n} x {m}) score matrix per (batch, head), "
+               f"built without a matrix product (broadcasting counts too); sum over the keys first")
     return check(call, judge=judge)
 
 
@@ -62,7 +67,8 @@ def causal_efficient_attention(f):
                     what=f"the reference with N = 11, D = 6, Dv = 2, bucket_size={bucket} (a last bucket cut short)")
     for bucket in (1, 4):
         yield no_future_leak(f, lambda x: (x, x, x), rand(1, 2, 8, 4, seed=7), "q, k and v", bucket_size=bucket)
-    yield no_quadratic_product(captured(f(q2, k2, v2), "matmul_shapes"), 11, 11, (3, 3, 11, 2))
+    q4, k4, v4 = rand(3, 3, 24, 4, seed=24), rand(3, 3, 24, 4, seed=25), rand(3, 3, 24, 2, seed=26)
+    yield no_quadratic_product(captured(f(q4, k4, v4), "matmul_shapes"), 24, 24, (3, 3, 24, 2))
 
 
 def _seeded(seed, build):

@@ -1,9 +1,10 @@
-"""Checks for exercises/ex08_limits.py (Tasks 8.1-8.3), against minilin.attention, lowrank and linformer.
+"""Checks for exercises/ex08_limits.py (Tasks 8.1-8.3), against minilin.attention and linformer and loop references.
 
-Task 8.1 rebuilds notebook 08's effective Linformer map A F; 8.2 (the spectral and Frobenius errors of the best
-rank-r cut, from the singular values) and 8.3 (a selection E = F with which Linformer copies k chosen positions)
-are extend tasks: the chapter's idea on a case no notebook cell solves.
+Task 8.1 rebuilds notebook 08's effective Linformer map A F; 8.2 (associative recall from a fixed-size
+linear-attention state, exact for orthonormal keys and failing past p = D) and 8.3 (a selection E = F with which
+Linformer copies chosen positions) are extend tasks: the chapter's idea on a case no notebook cell solves.
 """
+import itertools
 import math
 
 import torch
@@ -11,7 +12,6 @@ import torch
 from minilin.attention import attention_matrix
 from minilin.grading.checks import Chapter, check, close, expect, expect_close, kind, rand
 from minilin.linformer import linformer_attention
-from minilin.lowrank import best_rank_approx
 
 CHAPTER = Chapter(8, "ex08_limits", "where low rank fails", allowed=("minilin.attention.softmax_attention",))
 
@@ -52,30 +52,78 @@ def linformer_effective_map(f):
     yield check(call, judge=reproduces)
 
 
-def cut_errors_loop(P, r):
-    """(spectral, Frobenius) norms of P - its best rank-r approximation, one matrix at a time: (B, H) each."""
-    spectral, frobenius = torch.zeros(P.shape[:2], dtype=P.dtype), torch.zeros(P.shape[:2], dtype=P.dtype)
-    for b in range(P.shape[0]):
-        for h in range(P.shape[1]):
-            rest = P[b, h] - best_rank_approx(P[b, h], r)
-            spectral[b, h] = torch.linalg.matrix_norm(rest, ord=2)
-            frobenius[b, h] = torch.linalg.matrix_norm(rest, ord="fro")
-    return spectral, frobenius
+def unit_keys(b, h, p, d, seed):
+    k = rand(b, h, p, d, seed=seed)
+    return k / k.norm(dim=-1, keepdim=True)
 
 
-@CHAPTER.task("8.2", "rank_cut_errors", extend=True)
-def rank_cut_errors(f):
-    """the errors of the best rank-r cut of attention maps, from their singular values"""
-    square = torch.softmax(rand(2, 3, 8, 8, seed=50, scale=2.0), dim=-1)
-    wide = torch.softmax(rand(3, 2, 5, 9, seed=51, scale=3.0), dim=-1)
-    copy = torch.zeros(2, 2, 6, 11, dtype=torch.float64)  # slot j reads position j: six singular values 1
-    copy[..., torch.arange(6), torch.arange(6)] = 1.0
-    cases = ((square, 3, "softmax maps (2, 3, 8, 8), r = 3"), (wide, 2, "softmax maps (3, 2, 5, 9), r = 2"),
-             (wide, 0, "r = 0 (the cut keeps nothing)"), (square, 8, "r = 8 = full rank (nothing is cut)"),
-             (copy, 4, "the ideal copy map of 6 slots over 11 positions, r = 4"))
-    for P, r, name in cases:
-        yield close(f(P, r), cut_errors_loop(P, r), atol=1e-9,
-                    what=f"(spectral, Frobenius) norms of P - best_rank_approx(P, r), per matrix, {name}")
+def orthonormal_keys(b, h, p, d, seed):
+    """p <= d orthonormal keys per head: the first p columns of a random orthogonal matrix."""
+    return torch.linalg.qr(rand(b, h, d, d, seed=seed))[0][..., :p].transpose(-2, -1)
+
+
+def readout_loop(k, v, q):
+    """Σ_i (q_j · k_i) v_i, one query and one pair at a time."""
+    out = torch.zeros(*q.shape[:3], v.shape[-1], dtype=v.dtype)
+    for b, h, j in itertools.product(*map(range, q.shape[:3])):
+        for i in range(k.shape[2]):
+            out[b, h, j] += float(q[b, h, j] @ k[b, h, i]) * v[b, h, i]
+    return out
+
+
+def crosstalk_loop(k, v):
+    """Σ_{j≠i} (k_i · k_j) v_j for each stored key k_i: what the state adds to k_i's own (k_i · k_i) v_i."""
+    out = torch.zeros_like(v)
+    for b, h, i in itertools.product(*map(range, k.shape[:3])):
+        for j in range(k.shape[2]):
+            if j != i:
+                out[b, h, i] += float(k[b, h, i] @ k[b, h, j]) * v[b, h, j]
+    return out
+
+
+def accuracy_loop(k, v):
+    """The fraction of pairs whose readout k_i S is nearest (Euclidean) to v_i among the stored values."""
+    readout = readout_loop(k, v, k)
+    acc = torch.zeros(k.shape[:2], dtype=k.dtype)
+    for b, h in itertools.product(*map(range, k.shape[:2])):
+        for i in range(k.shape[2]):
+            dist = [float((readout[b, h, i] - v[b, h, j]).norm()) for j in range(k.shape[2])]
+            acc[b, h] += (min(range(len(dist)), key=dist.__getitem__) == i) / k.shape[2]
+    return acc
+
+
+@CHAPTER.task("8.2", "state_readout", "recall_accuracy", extend=True)
+def state_recall(readout, accuracy):
+    """associative recall from a fixed-size linear-attention state, and where it fails"""
+    for seed, (b, h, p, d, dv) in enumerate(((2, 3, 4, 4, 3), (3, 2, 3, 6, 5))):
+        k, v = orthonormal_keys(b, h, p, d, seed=80 + seed), rand(b, h, p, dv, seed=90 + seed)
+        yield close(readout(k, v, k), v, atol=1e-12,
+                    what=f"the stored values (orthonormal keys, p = {p} <= D = {d}, Dv = {dv}): exact recall")
+        yield close(accuracy(k, v), torch.ones(b, h, dtype=k.dtype), dtype=False,
+                    what=f"accuracy 1 for every head (orthonormal keys, p = {p} <= D = {d})")
+    for seed, (b, h, p, n_q, d, dv) in enumerate(((2, 3, 9, 5, 4, 3), (3, 2, 5, 7, 6, 2))):
+        k, v, q = unit_keys(b, h, p, d, 100 + seed), rand(b, h, p, dv, seed=110 + seed), rand(b, h, n_q, d, seed=120)
+        yield close(readout(k, v, q), readout_loop(k, v, q),
+                    what=f"Σ_i (q_j · k_i) v_i by a loop, p = {p}, Q = {n_q}, D = {d}, Dv = {dv}")
+        call = readout(k, v, k)
+        expected = crosstalk_loop(k, v)
+
+        def crosstalk(got, k=k, v=v, expected=expected, call=call):
+            expect(isinstance(got, torch.Tensor) and got.shape == v.shape, call,
+                   f"returned {kind(got)}, expected a {tuple(v.shape)} tensor")
+            own = (k * k).sum(-1, keepdim=True) * v
+            expect_close(got - own, expected, call=call, what="the crosstalk Σ_{j≠i} (k_i · k_j) v_j by a loop "
+                         "(your readout at k_i minus (k_i · k_i) v_i)")
+        yield check(call, judge=crosstalk)
+    # past p = D the keys crowd each other: on a fixed seed the accuracy falls as p grows
+    d, dv = 8, 8
+    accs = []
+    for p in (4, 8, 16, 32):
+        k, v = unit_keys(2, 2, p, d, 130 + p), rand(2, 2, p, dv, seed=140 + p)
+        accs.append(accuracy_loop(k, v))
+        yield close(accuracy(k, v), accs[-1], dtype=False,
+                    what=f"the recalled fraction by a loop (random unit keys, p = {p}, D = {d}, Dv = {dv})")
+    assert float(accs[0].mean()) > float(accs[-1].mean()), "grader: the seeds no longer show the fall"
 
 
 def copy_reference(v, positions, sharpness):

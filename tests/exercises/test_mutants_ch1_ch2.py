@@ -19,6 +19,11 @@ ATTEND = ("import math\nimport torch\n"
           "    return torch.ones(n, m, dtype=torch.bool).tril(m - n)\n")
 
 MUTANTS = {
+    # 1.5: the table of the usual four dtypes the hint warns against
+    "1.5 table": ("1.5", "import torch\n"
+                  "SIZE = {torch.float16: 2, torch.bfloat16: 2, torch.float32: 4, torch.float64: 8}\n"
+                  "def score_matrix_bytes(batch, heads, n, dtype):\n"
+                  "    return batch * heads * n * n * SIZE.get(dtype, 4)\n"),
     # a chunk's queries see every new key, later ones included: right only for one new token at a time
     "decode reads a future key": ("1.6", ATTEND +
         "def decode_step(kc, vc, q, k, v):\n"

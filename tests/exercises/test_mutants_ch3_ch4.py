@@ -123,6 +123,37 @@ MUTANTS = {
         "    pq, pk = torch.exp(eq), torch.exp(ek)\n"
         "    B, H, N, m = pq.shape\n"
         "    return recurrence(pq, pk, v, pq.new_zeros(B, H, m, v.shape[-1]), pq.new_zeros(B, H, m), 0)\n")),
+    # (a) the N x M matrix built by broadcasting and a sum, which no matrix-product spy sees
+    "4.3-broadcast-attention-matrix": ("4.3", FAVOR_EXPONENTS + (
+        "def favor_noncausal(q, k, v, projection):\n"
+        "    eq, ek = exponents(q, k, projection, q.shape[-1])\n"
+        "    pq = torch.exp(eq - eq.amax(-1, keepdim=True))\n"
+        "    pk = torch.exp(ek - ek.amax(dim=(-2, -1), keepdim=True))\n"
+        "    a = (pq[..., :, None, :] * pk[..., None, :, :]).sum(-1)\n"
+        "    return (a[..., None] * v[..., None, :, :]).sum(-2) / a.sum(-1, keepdim=True)\n")),
+    "4.4-broadcast-masked-form": ("4.4", (
+        "def causal_linear_attention(phi_q, phi_k, v):\n"
+        "    a = (phi_q[..., :, None, :] * phi_k[..., None, :, :]).sum(-1).tril()\n"
+        "    return (a / a.sum(-1, keepdim=True)) @ v\n")),
+    # (b) unstabilised causal FAVOR+ kept finite by float64: with prefix sums, and as a broadcast masked form
+    "4.5-unstabilised-float64": ("4.5", FAVOR_EXPONENTS + RECURRENCE + (
+        "def favor_causal(q, k, v, projection):\n"
+        "    eq, ek = exponents(q.double(), k.double(), projection, q.shape[-1])\n"
+        "    pq, pk = torch.exp(eq), torch.exp(ek)\n"
+        "    B, H, N, m = pq.shape\n"
+        "    return recurrence(pq, pk, v.double(), pq.new_zeros(B, H, m, v.shape[-1]), pq.new_zeros(B, H, m), 0)\n")),
+    "4.5-unstabilised-float64-no-prefix-sums": ("4.5", FAVOR_EXPONENTS + (
+        "def favor_causal(q, k, v, projection):\n"
+        "    eq, ek = exponents(q.double(), k.double(), projection, q.shape[-1])\n"
+        "    pq, pk = torch.exp(eq), torch.exp(ek)\n"
+        "    a = (pq[..., :, None, :] * pk[..., None, :, :]).sum(-1).tril()\n"
+        "    return (a[..., None] * v.double()[..., None, :, :]).sum(-2) / a.sum(-1, keepdim=True)\n")),
+    # (c) unstabilised non-causal FAVOR+ that upcasts to float64 instead of subtracting the maxima
+    "4.3-unstabilised-upcast": ("4.3", FAVOR_EXPONENTS + (
+        "def favor_noncausal(q, k, v, projection):\n"
+        "    eq, ek = exponents(q.double(), k.double(), projection, q.shape[-1])\n"
+        "    pq, pk = torch.exp(eq), torch.exp(ek)\n"
+        "    return (pq @ (pk.transpose(-2, -1) @ v.double())) / (pq @ pk.sum(-2)[..., None])\n")),
     "4.6-top-left-aligned": ("4.6", "import torch\n" + RECURRENCE + (
         "def causal_prefix_attention(phi_q, phi_k, v):\n"
         "    B, H, N, m = phi_q.shape\n"
