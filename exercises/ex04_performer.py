@@ -102,14 +102,15 @@ def favor_causal(q, k, v, projection):
 
     Extends notebook 04, sections 5 and 6: section 5 stabilises the non-causal form with one maximum over all
     keys (Task 4.3), and section 6 computes causal prefix sums of given features (Task 4.4), shows that a
-    maximum over all keys lets the future in once anything is added after the shift, and describes (without
-    code you can copy) a running maximum instead. Here you write the whole causal estimator yourself.
+    maximum over all keys lets the future in once anything is added after the shift, and shows how a running
+    maximum rescales the prefix state. Here you put them together: the whole causal estimator, stable in float32.
     q, k: (B, H, N, D), v: (B, H, N, Dv), projection: (m, D)  ->  (B, H, N, Dv), with x' = x·D^(-1/4).
     The grader checks, each on its own: equality (1e-10) in float64 with the unstabilised causal estimate
     out_i = Σ_{j≤i} φ(q_i)·φ(k_j) v_j / Σ_{j≤i} φ(q_i)·φ(k_j), for two shapes (D = 8 and 4, two lengths, B, H > 1);
     that scaling the keys at positions ≥ s by 4 leaves the outputs before s unchanged bit for bit (s = 1, 4,
-    7, 9); that entries up to ±20 in float32 give finite outputs within 1e-3 of the float64 result; and, for
-    N = 96 (D = 4, m = 8, Dv = 3), that no matrix product has both dimensions ≥ 48 (no (N, N) matrix).
+    7, 9); that entries up to ±20 in float32 give a float32 output (no upcast), finite and within 1e-3 of the
+    float64 result; and, for N = 96 (D = 4, m = 8, Dv = 3), that no matrix product has both dimensions ≥ 48 and
+    no intermediate tensor holds N·M/2 elements or more (nothing the size of the attention matrix).
 
     Hint 1 (nudge): any positive factor that multiplies all the terms of query i's numerator and normaliser
         alike cancels. Which such factors may depend on key j, and on which keys may they depend, so that the

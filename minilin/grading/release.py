@@ -41,7 +41,7 @@ TEACHER_ONLY, STUDENT_ONLY = "teacher-only", "student-only"  # notebook cell tag
 TORCH = "2.13.0"  # the PyTorch every stored notebook output and the course's CI use (.ci/run)
 TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 PYTHON = "3.11"  # the grader needs tomllib (3.11+)
-GRADE_MINUTES = 15  # the grading step's limit: six chapters at the grader's 60 s each, plus the start
+GRADE_MINUTES = 15  # the grading step's limit: eight chapters at the grader's 60 s each, plus the start
 
 
 def build_parser():
