@@ -150,9 +150,9 @@ def lab(course):
         stop(proc)
 
 
-@pytest.fixture(scope="module")
-def page(course):
-    """A Chromium page, Chromium being a process we start (and stop) ourselves."""
+def chromium_page(profile, width=1400, height=1000, missing=missing):
+    """A Chromium page (a generator: use as a fixture's body), Chromium being a process we start and stop
+    ourselves, with its profile in `profile`. `missing(reason)` skips (or fails) when a piece is absent."""
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:
@@ -160,18 +160,17 @@ def page(course):
     chromium = find_chromium()
     if chromium is None:
         missing("no Chromium found (apt install chromium, or set MINILIN_CHROMIUM=/path/to/chrome)")
-    profile = course.parent / "chromium-profile"
     proc = subprocess.Popen([chromium, *CHROMIUM_ARGS, f"--user-data-dir={profile}", "about:blank"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     pw = None
     try:
-        port_file = profile / "DevToolsActivePort"
+        port_file = Path(profile) / "DevToolsActivePort"
         port = wait_until(lambda: port_file.is_file() and port_file.read_text().split()[:1], 60, "Chromium", proc)
         pw = sync_playwright().start()
         browser = pw.chromium.connect_over_cdp(f"http://127.0.0.1:{port[0]}")
         context = browser.contexts[0] if browser.contexts else browser.new_context()
         page = context.new_page()
-        page.set_viewport_size({"width": 1400, "height": 1000})
+        page.set_viewport_size({"width": width, "height": height})
         page.set_default_timeout(60_000)
         yield page
         browser.close()
@@ -179,6 +178,12 @@ def page(course):
         if pw is not None:
             pw.stop()
         stop(proc)
+
+
+@pytest.fixture(scope="module")
+def page(course):
+    """A Chromium page for the JupyterLab steps."""
+    yield from chromium_page(course.parent / "chromium-profile")
 
 
 def menu(page, top, item):

@@ -11,7 +11,6 @@ import functools
 import http.server
 import os
 import re
-import subprocess
 import threading
 from html.parser import HTMLParser
 from pathlib import Path
@@ -132,33 +131,8 @@ def server(built):
 
 @pytest.fixture(scope="module")
 def page(tmp_path_factory):
-    from test_browser import CHROMIUM_ARGS, find_chromium, stop, wait_until
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        missing("playwright is not installed (pip install playwright)")
-    chromium = find_chromium()
-    if chromium is None:
-        missing("no Chromium found (apt install chromium, or set MINILIN_CHROMIUM=/path/to/chrome)")
-    profile = tmp_path_factory.mktemp("site-chromium")
-    proc = subprocess.Popen([chromium, *CHROMIUM_ARGS, f"--user-data-dir={profile}", "about:blank"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    pw = None
-    try:
-        port_file = profile / "DevToolsActivePort"
-        port = wait_until(lambda: port_file.is_file() and port_file.read_text().split()[:1], 60, "Chromium", proc)
-        pw = sync_playwright().start()
-        browser = pw.chromium.connect_over_cdp(f"http://127.0.0.1:{port[0]}")
-        context = browser.contexts[0] if browser.contexts else browser.new_context()
-        page = context.new_page()
-        page.set_viewport_size({"width": 1300, "height": 900})
-        page.set_default_timeout(60_000)
-        yield page
-        browser.close()
-    finally:
-        if pw is not None:
-            pw.stop()
-        stop(proc)
+    from test_browser import chromium_page
+    yield from chromium_page(tmp_path_factory.mktemp("site-chromium"), 1300, 900, missing=missing)
 
 
 PAGE_STATE = """() => ({

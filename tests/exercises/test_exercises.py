@@ -7,7 +7,6 @@ one task with its marker: `pytest tests/exercises -m task1_4`.
 from pathlib import Path
 
 import pytest
-import torch
 
 from minilin.grading.checks import CannotGrade
 from minilin.grading.course import CHAPTERS, TASKS
@@ -20,14 +19,7 @@ def marks(task):
     return [getattr(pytest.mark, task.marker)] + ([pytest.mark.peers] if task.id in PEERS else [])
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    # Every tensor here is tiny: handing work to threads costs more than it saves, and on a busy 2-core
-    # runner each hand-off can wait ~20 ms. One thread keeps these checks fast and their timing stable.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py: tiny tensors, one thread
 
 
 @pytest.mark.parametrize("task", [pytest.param(t, marks=marks(t), id=t.id) for t in TASKS.values()])
@@ -55,16 +47,10 @@ MUTANTS = {
 
 
 @pytest.mark.parametrize("task_id", sorted(MUTANTS))
-def test_a_plausible_wrong_answer_fails(task_id, tmp_path, monkeypatch):
-    import importlib.util
+def test_a_plausible_wrong_answer_fails(task_id, tmp_path):
+    from mutants import assert_fails
     name, code = MUTANTS[task_id]
-    path = tmp_path / f"mutant_{task_id.replace('.', '_')}.py"
-    path.write_text(code)
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    with pytest.raises(AssertionError):
-        run_in_process(TASKS[task_id], module)
+    assert_fails(task_id, code, tmp_path)
 
 
 @pytest.mark.needs_solutions

@@ -3,13 +3,11 @@
 Each mutant is a plausible mistake that a weaker check (one length, N == M, one window, a square matrix) would let
 through. Same pattern as MUTANTS in test_exercises.py: the code is written to a file, imported, and graded in process.
 """
-import importlib.util
 
 import pytest
-import torch
 
-from minilin.grading.course import TASKS
-from minilin.grading.runner import run_in_process
+from mutants import assert_fails
+
 
 ATTEND = ("import math\nimport torch\n"
           "def _attend(q, k, v, visible):\n"
@@ -94,21 +92,10 @@ MUTANTS = {
 }
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py: tiny tensors, one thread
 
 
 @pytest.mark.parametrize("name", sorted(MUTANTS))
 def test_a_plausible_wrong_answer_fails(name, tmp_path):
     task_id, code = MUTANTS[name]
-    path = tmp_path / f"mutant_{name.replace(' ', '_')}.py"
-    path.write_text(code)
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    with pytest.raises(AssertionError):
-        run_in_process(TASKS[task_id], module)
+    assert_fails(task_id, code, tmp_path, name)

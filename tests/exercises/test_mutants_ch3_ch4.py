@@ -3,12 +3,11 @@
 The pattern of MUTANTS in tests/exercises/test_exercises.py: a plausible wrong version of one task function
 (a constant hard-coded for one shape, a quadratic form, a stabiliser that reads ahead), graded in-process.
 """
-import importlib.util
 
 import pytest
 
-from minilin.grading.course import TASKS
-from minilin.grading.runner import run_in_process
+from mutants import assert_fails
+
 
 FAVOR_EXPONENTS = (
     "import math\nimport torch\n"
@@ -167,13 +166,7 @@ MUTANTS = {
 @pytest.mark.parametrize("name", sorted(MUTANTS))
 def test_a_planted_wrong_answer_fails(name, tmp_path):
     task_id, code = MUTANTS[name]
-    path = tmp_path / f"mutant_{name.replace('-', '_').replace('.', '_')}.py"
-    path.write_text(code)
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    with pytest.raises(AssertionError):
-        run_in_process(TASKS[task_id], module)
+    assert_fails(task_id, code, tmp_path, name)
 
 
 def test_the_graders_flop_count_is_flop_counter_modes():
