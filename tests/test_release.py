@@ -34,7 +34,7 @@ pytestmark = pytest.mark.needs_solutions  # a release is built from the full cou
 ROOT = Path(__file__).resolve().parent.parent
 ORDER = sorted(TASKS, key=task_key)
 RUBRIC_TOML = 'default = 1\n[points]\n"4" = 2\n"1.4" = 3\n'
-WRONG_1_5 = "\n\ndef score_matrix_bytes(batch, heads, n, dtype):\n    return batch * heads * n * n\n"
+WRONG_1_5 = "\n\ndef score_matrix_bytes(batch, heads, n, dtype):\n    return 3 * batch * heads * n * n\n"  # no check passes
 HIDDEN = '''from minilin.grading.checks import equal, hidden_check
 
 

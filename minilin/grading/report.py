@@ -12,7 +12,7 @@ from collections import Counter
 from pathlib import Path
 
 from minilin.grading.course import CHAPTERS, TASKS, allowed_helpers_text, task_key
-from minilin.grading.rubric import (Points, check_weights, default_points, earned, fmt_points,  # noqa: F401
+from minilin.grading.rubric import (Points, check_weights, default_points, earned, fmt_points, rounded,  # noqa: F401
                                     load_rubric, task_points)
 
 CSV_COLUMNS = ("student", "task", "points", "max_points", "checks_passed", "checks_total", "status", "message")
@@ -378,7 +378,7 @@ def gradescope_results(results, points, *, note="", visibility="visible"):
     for task_id in sorted(results, key=task_key):
         result = results[task_id]
         tests.append({"name": f"Task {task_id} · {', '.join(TASKS[task_id].functions)}: {TASKS[task_id].title}",
-                      "number": task_id, "score": round(task_points(result, points, task_id), 6),
+                      "number": task_id, "score": rounded(task_points(result, points, task_id)),
                       "max_score": points[task_id],
                       "status": "passed" if result.status == "pass" else "failed",
                       "output": _test_output(result),
@@ -392,7 +392,7 @@ def gradescope_results(results, points, *, note="", visibility="visible"):
     summary += [f"note: {n}" for n in notes(results)]
     if note:
         summary.append(f"The checks ran your code in a separate process ({note}).")
-    return {"score": round(got, 6), "output": "\n".join(summary), "visibility": visibility,
+    return {"score": rounded(got), "output": "\n".join(summary), "visibility": visibility,
             "stdout_visibility": "hidden",
             "tests": tests}
 

@@ -89,8 +89,15 @@ def _points(value, path, key):
     return value
 
 
+PLACES = 4  # points are written with 4 decimals in every export (a task's 2 of 7 checks: 0.2857)
+
+
+def rounded(x):
+    return round(x, PLACES)
+
+
 def fmt_points(x):
-    return f"{round(x, 4):g}"
+    return f"{rounded(x):g}"
 
 
 def earned(result, max_points, weights=None):
