@@ -1,0 +1,210 @@
+"""Checks for exercises/ex09_gates.py (Tasks 9.1-9.4), against minilin.gated's token-by-token definition.
+
+Task 9.1 restates notebook 09's gated delta rule as a token loop (initial state, Dk != Dv, β = 0, α = 1);
+9.2 (the chunked form for GLA's per-feature gates, where the notebook derives only a scalar decay), 9.3 (the
+delta rule writing one key again and again: the error's closed form, and the writes it takes) and 9.4 (the
+context length where exact attention's KV cache passes a hybrid model's memory) are extend tasks: the chapter's
+idea on a case no notebook cell solves. Every comparison is in float64 on O(1) values, so only round-off (well
+under the tolerance TOL = 1e-10 for the short sequences here) separates a correct answer from the reference.
+"""
+import torch
+import torch.nn.functional as F
+
+from minilin.gated import recurrent_reference, state_bytes, step
+from minilin.grading.checks import Chapter, captured, check, close, equal, expect, kind, rand, raises
+
+CHAPTER = Chapter(9, "ex09_gates", "decay, gates and the delta rule")
+ITEMSIZE = {2: torch.bfloat16, 4: torch.float32, 8: torch.float64}  # bytes per number -> dtype
+
+
+def unit(*shape, seed):
+    x = rand(*shape, seed=seed)
+    return x / x.norm(dim=-1, keepdim=True)
+
+
+def log_gates(*shape, seed, shift=0.0):
+    """log σ(x + shift) <= 0: gates that keep exp(·) in (0, 1) of the state each token."""
+    return F.logsigmoid(rand(*shape, seed=seed) + shift)
+
+
+# --- 9.1 ---------------------------------------------------------------------------------------------------------
+@CHAPTER.task("9.1", "gated_delta_loop")
+def gated_delta_loop(f):
+    """the gated delta rule as a token loop, from any initial state"""
+    cases = (((2, 3, 6, 4, 4), False, "Dk = Dv = 4, zero initial state"),
+             ((3, 2, 7, 5, 3), True, "Dk = 5 != Dv = 3, a given initial state"),
+             ((1, 2, 1, 3, 6), True, "one token, Dk = 3, Dv = 6"))
+    for seed, ((b, h, n, dk, dv), given, name) in enumerate(cases):
+        q, k, v = rand(b, h, n, dk, seed=10 * seed + 1), unit(b, h, n, dk, seed=10 * seed + 2), \
+            rand(b, h, n, dv, seed=10 * seed + 3)
+        beta, la = torch.sigmoid(rand(b, h, n, seed=10 * seed + 4)), log_gates(b, h, n, seed=10 * seed + 5, shift=2.0)
+        s0 = rand(b, h, dk, dv, seed=10 * seed + 6) if given else None
+        expected = recurrent_reference(q, k, v, log_decay=la, beta=beta, initial_state=s0, return_state=True)
+        yield close(f(q, k, v, beta, la, initial_state=s0), expected,
+                    what=f"minilin.gated.recurrent_reference(q, k, v, log_decay=log_alpha, beta=beta, "
+                         f"return_state=True): (o, final state), {name}")
+    q, k, v = rand(2, 2, 8, 4, seed=41), unit(2, 2, 8, 4, seed=42), rand(2, 2, 8, 3, seed=43)
+    s0 = rand(2, 2, 4, 3, seed=44)
+    beta, la = torch.sigmoid(rand(2, 2, 8, seed=45)), log_gates(2, 2, 8, seed=46, shift=1.0)
+    yield close(f(q, k, v, beta, torch.zeros(2, 2, 8, dtype=torch.float64), initial_state=s0),
+                recurrent_reference(q, k, v, beta=beta, initial_state=s0, return_state=True),
+                what="the delta rule without a gate (log_alpha = 0, α = 1): recurrent_reference with beta only")
+    decay = torch.exp(la.cumsum(-1))  # (B, H, N): α_1 ⋯ α_t
+    decayed = (decay[..., None] * (q / 2.0 @ s0), decay[..., -1, None, None] * s0)  # Dk = 4: q / √Dk
+    yield close(f(q, k, v, torch.zeros(2, 2, 8, dtype=torch.float64), la, initial_state=s0), decayed,
+                what="β = 0: nothing is written, o_t = (α_1⋯α_t S_0)ᵀ q_t / √Dk and the final state α_1⋯α_N S_0")
+    # a key that is not unit length, and β = 1 on some tokens: the error is written in full
+    k2 = rand(2, 2, 8, 4, seed=47) * 0.6
+    beta2 = torch.where(torch.arange(8) % 3 == 0, 1.0, 0.4).to(torch.float64).expand(2, 2, 8)
+    yield close(f(q, k2, v, beta2, la, initial_state=s0),
+                recurrent_reference(q, k2, v, log_decay=la, beta=beta2, initial_state=s0, return_state=True),
+                what="the reference with keys that are not unit length and β = 1 on every third token")
+
+
+# --- 9.2 ---------------------------------------------------------------------------------------------------------
+def no_square_intermediate(call, b, h, n):
+    """A step: no tensor any operation produces holds B·H·N·N elements or more, and no matrix product is (N x N):
+    the chunked form never builds the whole sequence's decay matrix."""
+    def judge(got):
+        products = got.get("products") if isinstance(got, dict) else None
+        expect(isinstance(products, list), call, f"returned {kind(got)}; expected the function's output")
+        square = sorted({p for p in products if tuple(p) == (n, n)})
+        expect(not square, call, f"formed a matrix product of shape {square[:1]}: an (N x N) = ({n} x {n}) matrix "
+                                 f"over the whole sequence; work within chunks and carry the state between them")
+        full = b * h * n * n
+        expect(got.get("largest", 0) < full, call, f"an intermediate tensor of {got.get('largest')} elements, as "
+               f"many as B·H·N·N = {full}: an (N x N) matrix per (batch, head), built without a matrix product "
+               f"(broadcasting counts too); work within chunks of the given size")
+    return check(call, judge=judge)
+
+
+@CHAPTER.task("9.2", "chunked_gla", extend=True)
+def chunked_gla(f):
+    """GLA's per-feature gates in chunks: the masked intra-chunk matrix and the carried state"""
+    q, k, v = rand(2, 3, 10, 4, seed=51), rand(2, 3, 10, 4, seed=52), rand(2, 3, 10, 4, seed=53)
+    g = log_gates(2, 3, 10, 4, seed=54, shift=1.0)
+    expected = recurrent_reference(q, k, v, log_decay=g, return_state=True)
+    for chunk in (1, 3, 4, 10, 16):
+        yield close(f(q, k, v, g, chunk), expected,
+                    what=f"minilin.gated.recurrent_reference(q, k, v, log_decay=log_gate, return_state=True): "
+                         f"(o, final state), N = 10, Dk = Dv = 4, chunk_size={chunk}")
+    q2, k2, v2 = rand(3, 2, 13, 6, seed=55), rand(3, 2, 13, 6, seed=56), rand(3, 2, 13, 5, seed=57)
+    g2, s0 = log_gates(3, 2, 13, 6, seed=58), rand(3, 2, 6, 5, seed=59)
+    yield close(f(q2, k2, v2, g2, 5, initial_state=s0),
+                recurrent_reference(q2, k2, v2, log_decay=g2, initial_state=s0, return_state=True),
+                what="the reference with N = 13, Dk = 6, Dv = 5, an initial state and chunks of 5 (the last one of 3)")
+    zero = torch.zeros(3, 2, 13, 6, dtype=torch.float64)
+    yield close(f(q2, k2, v2, zero, 4, initial_state=s0),
+                recurrent_reference(q2, k2, v2, initial_state=s0, return_state=True),
+                what="log_gate = 0 (gates wide open): plain causal linear attention from the initial state")
+    # gates that close almost completely: e^-100 a token, e^-800 across a chunk of 8 (exp(800) overflows float64)
+    q3, k3, v3 = rand(2, 2, 16, 4, seed=60), rand(2, 2, 16, 4, seed=61), rand(2, 2, 16, 3, seed=62)
+    g3 = -100.0 - 20.0 * torch.rand(2, 2, 16, 4, generator=torch.Generator().manual_seed(63), dtype=torch.float64)
+    g3[..., 1] = log_gates(2, 2, 16, seed=64, shift=2.0)  # one feature keeps its memory
+    yield close(f(q3, k3, v3, g3, 8, initial_state=rand(2, 2, 4, 3, seed=65)),
+                recurrent_reference(q3, k3, v3, log_decay=g3, initial_state=rand(2, 2, 4, 3, seed=65),
+                                    return_state=True),
+                what="the reference with log gates of -100 to -120 a token on three features of four, chunks of 8 "
+                     "(a chunk's total decay e^-800 and more: its inverse overflows)")
+    q4, k4, v4 = rand(2, 2, 32, 4, seed=66), rand(2, 2, 32, 4, seed=67), rand(2, 2, 32, 3, seed=68)
+    yield no_square_intermediate(captured(f(q4, k4, v4, log_gates(2, 2, 32, 4, seed=69), 4), "matmul_shapes"),
+                                 2, 2, 32)
+
+
+# --- 9.3 ---------------------------------------------------------------------------------------------------------
+def write_loop(s0, k, v, beta, t):
+    """v − S_tᵀ k after t delta-rule writes of (k, v) with strength β, by minilin.gated.step."""
+    state = s0
+    for _ in range(t):
+        _, state = step(k, k, v, state, beta_t=beta)
+    return v - (state * k[..., :, None]).sum(-2)
+
+
+def writes_by_rule(beta, eps, key_norm, cap=100_000):
+    """The smallest t >= 0 with |1 − β‖k‖²|^t <= eps, counted one write at a time (None past `cap`)."""
+    r = abs(1.0 - beta * key_norm ** 2)
+    t = 0
+    while r ** t > eps:
+        t += 1
+        if t > cap:
+            return None
+    return t
+
+
+@CHAPTER.task("9.3", "repeated_write_error", "writes_needed", extend=True)
+def repeated_writes(error, needed):
+    """the delta rule writing one key again and again: the error after t writes, and the writes it takes"""
+    b, h, dk, dv = 2, 3, 4, 5
+    k, v, s0 = unit(b, h, dk, seed=70), rand(b, h, dv, seed=71), rand(b, h, dk, dv, seed=72)
+    beta = torch.tensor([[0.0, 0.2, 0.5], [1.0, 1.5, 1.9]], dtype=torch.float64)
+    for t in (0, 1, 3, 8):
+        yield close(error(s0, k, v, beta, t), write_loop(s0, k, v, beta, t), atol=1e-10, rtol=1e-9,
+                    what=f"v − S_tᵀ k after t = {t} writes by minilin.gated.step (unit keys, β = 0, 0.2, 0.5 / "
+                         f"1, 1.5, 1.9 per head)")
+    yield close(error(s0, k, v, torch.ones(b, h, dtype=torch.float64), 1), torch.zeros(b, h, dv, dtype=torch.float64),
+                atol=1e-12, what="zeros: β = 1 and a unit key, one write recalls v exactly")
+    k2 = rand(3, 2, 6, seed=73) * 0.7  # norms from about 0.7 to 2.5
+    v2, s2 = rand(3, 2, 3, seed=74), rand(3, 2, 6, 3, seed=75)
+    beta2 = torch.sigmoid(rand(3, 2, seed=76)) * 0.8
+    for t in (2, 5):
+        yield close(error(s2, k2, v2, beta2, t), write_loop(s2, k2, v2, beta2, t), atol=1e-10, rtol=1e-9,
+                    what=f"the loop with keys that are not unit length (Dk = 6, Dv = 3), t = {t}")
+    cases = ((1.0, 1e-6, 1.0), (0.5, 1e-3, 1.0), (1.5, 1e-3, 1.0), (0.1, 0.01, 1.0), (1.9, 0.05, 1.0),
+             (0.3, 0.01, 1.5), (0.25, 1e-4, 2.0), (0.5, 0.25, 1.0), (0.7, 1.0, 1.0))
+    for beta_, eps, norm in cases:
+        count = writes_by_rule(beta_, eps, norm)
+        call = needed(beta_, eps, key_norm=norm)
+
+        def by_simulation(got, beta_=beta_, eps=eps, norm=norm, count=count, call=call):
+            expect(type(got) is int, call, f"returned {kind(got)}, expected a Python int")
+            expect(got == count, call, f"got {got}, expected {count}: the smallest t with |1 − β‖k‖²|^t <= ε "
+                   f"(β = {beta_}, ε = {eps}, ‖k‖ = {norm}, counted one write at a time)")
+            key = torch.zeros(1, 1, 3, dtype=torch.float64)
+            key[..., 0] = norm
+            val, beta_t = torch.ones(1, 1, 2, dtype=torch.float64), torch.full((1, 1), beta_, dtype=torch.float64)
+            start = torch.zeros(1, 1, 3, 2, dtype=torch.float64)
+            ratio = float(write_loop(start, key, val, beta_t, got).norm() / val.norm())
+            expect(ratio <= eps * (1 + 1e-9), call, f"after {got} writes by minilin.gated.step the error is "
+                   f"{ratio:.6g} of its start, above ε = {eps}")
+        yield check(call, judge=by_simulation)
+    for beta_, norm, why in ((2.0, 1.0, "β = 2 flips the error's sign each write and never shrinks it"),
+                             (0.0, 1.0, "β = 0 writes nothing"),
+                             (0.6, 2.0, "β‖k‖² = 2.4: each write overshoots and the error grows")):
+        yield equal(needed(beta_, 0.5, key_norm=norm), None, what=f"None: {why}")
+
+
+# --- 9.4 ---------------------------------------------------------------------------------------------------------
+def kv_cache_bytes(layers, heads, n, dim_head, itemsize):
+    return 2 * layers * heads * n * dim_head * itemsize  # keys and values, every layer, every past token
+
+
+def hybrid_bytes(layers, exact_layers, heads, n, dim_head, dim_k, dim_v, kv_itemsize, state_itemsize):
+    return kv_cache_bytes(exact_layers, heads, n, dim_head, kv_itemsize) + \
+        state_bytes(dim_k, dim_v, heads, layers - exact_layers, dtype=ITEMSIZE[state_itemsize])
+
+
+@CHAPTER.task("9.4", "memory_crossover", extend=True)
+def memory_crossover(f):
+    """the context length at which exact attention's KV cache first exceeds a hybrid model's memory"""
+    cases = ((24, 6, 16, 64, 64, 64, 2, 4), (32, 4, 32, 128, 128, 256, 2, 4), (12, 3, 8, 64, 64, 64, 2, 2),
+             (16, 4, 8, 96, 64, 80, 2, 4), (10, 0, 4, 32, 48, 40, 4, 4), (6, 2, 4, 16, 16, 16, 8, 8),
+             (9, 8, 2, 80, 32, 96, 4, 8))
+    for args in cases:
+        call = f(*args)
+
+        def crossover(n, args=args, call=call):
+            layers, exact, heads, dh, dk, dv, kv, s = args
+            expect(type(n) is int and n >= 1, call, f"returned {kind(n)}, expected a Python int >= 1")
+            where = (f"2·layers·heads·n·dim_head·{kv} bytes against {exact} exact layers' cache plus "
+                     f"minilin.gated.state_bytes({dk}, {dv}, {heads}, {layers - exact}) in {s}-byte numbers")
+            full, hybrid = kv_cache_bytes(layers, heads, n, dh, kv), hybrid_bytes(*args[:3], n, *args[3:])
+            expect(full > hybrid, call, f"at n = {n} exact attention keeps {full:,} bytes and the hybrid {hybrid:,}: "
+                   f"not more ({where})")
+            before, hybrid_before = kv_cache_bytes(layers, heads, n - 1, dh, kv), hybrid_bytes(*args[:3], n - 1,
+                                                                                               *args[3:])
+            expect(n == 1 or before <= hybrid_before, call, f"at n = {n - 1} exact attention already keeps more, "
+                   f"{before:,} bytes against {hybrid_before:,}: the crossover is shorter ({where})")
+        yield check(call, judge=crossover)
+    yield equal(f(8, 8, 4, 64, 64, 64, 2, 4), None, what="None: a hybrid with every layer exact is exact attention")
+    yield raises(f(8, 9, 4, 64, 64, 64, 2, 4), "ValueError", why="for more exact layers than layers")
+

@@ -1,0 +1,140 @@
+"""Plausible wrong answers to chapter 9's tasks: each must fail its task's checks (the MUTANTS pattern of
+test_exercises.py). Each mutant is solutions/ex09_gates.py with one line changed: a mistake that one shape, the
+notebook's scalar-decay case or gentle gates would let through. A student copy of the course has no solutions/:
+there these tests are skipped (needs_solutions)."""
+from pathlib import Path
+
+import pytest
+import torch
+from mutants import assert_fails
+
+pytestmark = [pytest.mark.usefixtures("one_thread"), pytest.mark.needs_solutions]
+
+SOLUTION_FILE = Path(__file__).resolve().parents[2] / "solutions" / "ex09_gates.py"
+
+MUTANTS = {
+    # name: (the solution's line, its wrong replacement[, another line, its replacement])
+    # 9.1: the gate applied after the write (the new pair is forgotten too)
+    "9.1 decay after the write": (
+        "        state = torch.exp(log_alpha[:, :, t])[..., None, None] * state  # forget first: α_t S_{t-1}\n",
+        "",
+        "        outs.append(torch.einsum(\"bhkv,bhk->bhv\", state, q[:, :, t]))",
+        "        state = torch.exp(log_alpha[:, :, t])[..., None, None] * state\n"
+        "        outs.append(torch.einsum(\"bhkv,bhk->bhv\", state, q[:, :, t]))"),
+    # 9.1: the error predicted from the state before the gate (v_t − S_{t-1}ᵀ k_t), the delta rule's habit
+    "9.1 error before the gate": (
+        "        state = torch.exp(log_alpha[:, :, t])[..., None, None] * state  # forget first: α_t S_{t-1}\n"
+        "        predicted = torch.einsum(\"bhkv,bhk->bhv\", state, k[:, :, t])",
+        "        predicted = torch.einsum(\"bhkv,bhk->bhv\", state, k[:, :, t])\n"
+        "        state = torch.exp(log_alpha[:, :, t])[..., None, None] * state"),
+    # 9.1: β ignored: the whole error written at every token
+    "9.1 beta ignored": (
+        "        state = state + beta[:, :, t, None, None] * k[:, :, t, :, None] * error[:, :, None, :]",
+        "        state = state + k[:, :, t, :, None] * error[:, :, None, :]"),
+    # 9.1: the initial state dropped
+    "9.1 zero start": (
+        "    state = q.new_zeros(B, H, Dk, v.shape[-1]) if initial_state is None else initial_state\n    outs = []\n"
+        "    for t in range(N):",
+        "    state = q.new_zeros(B, H, Dk, v.shape[-1])\n    outs = []\n    for t in range(N):"),
+    # 9.2: the chunk remainder dropped (right only when chunk_size divides N)
+    "9.2 remainder dropped": (
+        "    for start in range(0, N, chunk_size):  # the last chunk may be shorter",
+        "    for start in range(0, N - N % chunk_size if chunk_size <= N else N, chunk_size):"),
+    # 9.2: the gates accumulated along the feature axis instead of the tokens
+    "9.2 cumsum on the wrong axis": (
+        "        b = log_gate[:, :, start:stop].cumsum(dim=2)",
+        "        b = log_gate[:, :, start:stop].cumsum(dim=-1)"),
+    # 9.2: notebook 09's scalar decay: one gate per head, the features' mean
+    "9.2 scalar decay": (
+        "        b = log_gate[:, :, start:stop].cumsum(dim=2)",
+        "        b = log_gate[:, :, start:stop].mean(-1, keepdim=True).cumsum(dim=2).expand_as(qc)"),
+    # 9.2: the decay factored as exp(b_i)·exp(−b_j): fine for gentle gates, inf·0 = NaN for closing ones
+    "9.2 factored exponentials": (
+        "        scores = (qc[:, :, :, None, :] * kc[:, :, None, :, :] * torch.exp(gap)).sum(-1)",
+        "        scores = ((qc * torch.exp(b)) @ (kc * torch.exp(-b)).transpose(-2, -1)) * below"),
+    # 9.2: right values, but the whole sequence as one chunk: an (N x N) matrix per head
+    "9.2 one chunk": (
+        "    for start in range(0, N, chunk_size):  # the last chunk may be shorter\n"
+        "        stop = min(start + chunk_size, N)",
+        "    for start in range(0, N, N):\n        stop = N"),
+    # 9.3: β ignored in the closed form
+    "9.3 beta ignored": (
+        "    shrink = 1 - beta * (k * k).sum(-1)",
+        "    shrink = 1 - (k * k).sum(-1) + 0 * beta"),
+    # 9.3: a unit key assumed (right in the notebook's case)
+    "9.3 unit key": (
+        "    shrink = 1 - beta * (k * k).sum(-1)",
+        "    shrink = 1 - beta + 0 * k.sum(-1)"),
+    # 9.3: β in (1, 2) taken for a write that never converges (r = 1 − β without the absolute value)
+    "9.3 no absolute value": (
+        "    ratio = abs(1 - beta * key_norm ** 2)",
+        "    ratio = 1 - beta * key_norm ** 2\n    ratio = ratio if ratio >= 0 else 1.0"),
+    # 9.3: "at most eps" read as "below eps": one write too many when eps is met exactly
+    "9.3 strict": (
+        "    while count > 1 and ratio ** (count - 1) <= eps:\n        count -= 1",
+        "    while ratio ** count >= eps:\n        count += 1"),
+    # 9.3: the logarithm's floor plus one (one too many when eps is met exactly)
+    "9.3 floor plus one": (
+        "    count = max(1, math.ceil(math.log(eps) / math.log(ratio)))\n    while ratio ** count > eps:  "
+        "# the logarithms' round-off, on either side\n        count += 1\n"
+        "    while count > 1 and ratio ** (count - 1) <= eps:\n        count -= 1",
+        "    count = math.floor(math.log(eps) / math.log(ratio)) + 1"),
+    # 9.4: equal memory taken for "more" (off by one when the ratio is a whole number)
+    "9.4 ceil": (
+        "    return state // per_token + 1",
+        "    return max(1, -(-state // per_token))"),
+    # 9.4: the KV cache without its factor 2 (keys only)
+    "9.4 keys only": (
+        "    per_token = 2 * dim_head * kv_itemsize",
+        "    per_token = dim_head * kv_itemsize"),
+    # 9.4: the state in the cache's number format
+    "9.4 one itemsize": (
+        "    state = dim_k * dim_v * state_itemsize",
+        "    state = dim_k * dim_v * kv_itemsize"),
+    # 9.4: the recurrent state counted in every layer of the hybrid
+    "9.4 states everywhere": (
+        "    return state // per_token + 1",
+        "    return (layers * state) // ((layers - exact_layers) * per_token) + 1"),
+    # 9.4: no check of the layer counts
+    "9.4 no checks": (
+        "    if not 0 <= exact_layers <= layers:",
+        "    if exact_layers < 0:"),
+}
+
+
+def mutant(name):
+    code, edits = SOLUTION_FILE.read_text(encoding="utf-8"), MUTANTS[name]
+    for line, wrong in zip(edits[::2], edits[1::2]):
+        assert code.count(line) == 1, f"{name}: the solution's line is gone or repeated: {line!r}"
+        code = code.replace(line, wrong)
+    return code
+
+
+@pytest.mark.parametrize("name", sorted(MUTANTS))
+def test_a_plausible_wrong_answer_fails(name, tmp_path):
+    assert_fails(name.split()[0], mutant(name), tmp_path, name=name)
+
+
+def test_the_mutants_are_right_somewhere():
+    """A mutant that is wrong everywhere proves little: each is right on the case it was made to fool."""
+    def load(name):
+        ns = {}
+        exec(mutant(name), ns)
+        return ns
+
+    solved = {}
+    exec(SOLUTION_FILE.read_text(encoding="utf-8"), solved)
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 2, 8, 4, generator=g, dtype=torch.float64) for _ in range(3))
+    gate = torch.nn.functional.logsigmoid(torch.randn(2, 2, 8, 4, generator=g, dtype=torch.float64))
+    right = solved["chunked_gla"](q, k, v, gate, 4)
+    for name in ("9.2 remainder dropped", "9.2 factored exponentials", "9.2 one chunk"):  # 4 divides 8; gentle gates
+        for got, expected in zip(load(name)["chunked_gla"](q, k, v, gate, 4), right):
+            assert torch.allclose(got, expected, atol=1e-12), name
+    head_gate = gate[..., :1].expand_as(gate)  # one gate per head: the notebook's scalar decay
+    for got, expected in zip(load("9.2 scalar decay")["chunked_gla"](q, k, v, head_gate, 4),
+                             solved["chunked_gla"](q, k, v, head_gate, 4)):
+        assert torch.allclose(got, expected, atol=1e-12)
+    assert load("9.3 no absolute value")["writes_needed"](0.5, 1e-3) == solved["writes_needed"](0.5, 1e-3)
+    assert load("9.4 ceil")["memory_crossover"](16, 4, 8, 96, 64, 80, 2, 4) == 54
+    assert load("9.4 states everywhere")["memory_crossover"](10, 0, 4, 32, 48, 40, 4, 4) == 31
