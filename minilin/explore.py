@@ -4,9 +4,10 @@ Given the q, k (and v) one attention head computed on one input, `attention_maps
 attention applies to the values (output = map @ v):
 
 - exact:     softmax(σ²·q kᵀ/√d)
-- Linformer: softmax(σ²·q (E k)ᵀ/√d) E with a random Gaussian E ~ N(0, 1/k), (k, N), used for keys and values
-             alike (E = F): a random projection of these keys and values, as in the Linformer paper's
-             Theorem 2 construction; a trained Linformer learns its E and F instead
+- Linformer: softmax(σ²·q (E k)ᵀ/√d) E with a random Gaussian E ~ N(0, 1/N), (k, N), used for keys and values
+             alike (E = F): an untrained Linformer at the course's "fan_in" scale (minilin.linformer.
+             init_projection_; notebook 03), whose projected keys keep the keys' scale. Not the Linformer
+             paper's Theorem 2 construction (E = δR, F = e^{-δ}R, R ~ N(0, 1/k)); a trained Linformer learns E, F
 - FAVOR+:    φ(σq) φ(σk)ᵀ with rows normalised; m positive orthogonal random features (Performer)
 - elu+1:     φ(σq) φ(σk)ᵀ with rows normalised; φ = elu + 1 (Katharopoulos et al.), no randomness
 
@@ -76,7 +77,7 @@ def attention_maps(q, k, *, sigma=1.0, proj_len=32, nb_features=64, seed=0):
         raise ValueError(f"proj_len (k) and nb_features (m) must be positive ints, got {proj_len!r}, {nb_features!r}")
     q, k = sigma * q, sigma * k
     E = torch.randn(proj_len, n, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
-    E = (E / math.sqrt(proj_len)).to(q)                                        # (k, N), JL scaling
+    E = (E / math.sqrt(n)).to(q)                                               # (k, N), fan_in: N(0, 1/N)
     W = orthogonal_gaussian(nb_features, d, generator=torch.Generator().manual_seed(seed + 1), dtype=q.dtype)
     favor = positive_features(q, W, is_query=True) @ positive_features(k, W, is_query=False).T   # (N, N)
     elu = elu_plus_one.query(q) @ elu_plus_one.key(k).T

@@ -28,7 +28,7 @@ def test_maps_times_v_are_the_package_attentions(sigma):
     torch.testing.assert_close(maps["FAVOR+"] @ v, favor_attention(qs, ks, v4, W)[0, 0], rtol=0, atol=1e-12)
     torch.testing.assert_close(maps["elu+1"] @ v, linear_attention(qs, ks, v4, feature_map=elu_plus_one)[0, 0],
                                rtol=0, atol=1e-12)
-    E = torch.randn(8, 48, generator=gen(5), dtype=torch.float64) / math.sqrt(8)
+    E = torch.randn(8, 48, generator=gen(5), dtype=torch.float64) / math.sqrt(48)   # fan_in: N(0, 1/n)
     A = torch.softmax(qs[0, 0] @ (E @ ks[0, 0]).T / 4.0, -1)                     # (n, k)
     torch.testing.assert_close(maps["Linformer"] @ v, A @ (E @ v), rtol=0, atol=1e-12)   # softmax(q(Ek)ᵀ)(Ev)
     for name in ("exact", "FAVOR+", "elu+1"):   # rows of a probability map sum to 1

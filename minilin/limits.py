@@ -1,0 +1,167 @@
+"""Notebook 08's experiments, defined once: the probes, the contenders, their learning-rate grids, one run.
+
+Used by notebook 08 (its live runs) and by `tests/limits_runs.py`, which trains every grid point on three seeds
+and writes the committed grids `results/reference/limits_copy.csv` and `limits_recall.csv`. Both call `run`, so
+a live run and a committed row of the same (contender, lr, ef_lr_scale, seed) are the same computation.
+
+Contenders share one small TinyLM (one pre-norm block, width 64, two heads, rotary positions, bidirectional) and
+differ only in their attention. "selection" initialises Linformer's E = F to the first k positions (plus a little
+noise): the input-independent solution of the copy when k >= the span.
+"""
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+
+import torch
+
+from minilin.attention import attention_matrix, softmax_attention
+from minilin.data import AssociativeRecall, SpanCopy
+from minilin.lowrank import best_rank_approx
+from minilin.model import LMConfig, TinyLM
+from minilin.train import TrainConfig, evaluate, train
+
+COPY = dict(n=128, span=63, alphabet=16, batch=8, steps=400, eval_every=50)
+RECALL = dict(n=48, pairs=(4, 16), queries=16, keys=16, values=4, batch=16, steps=800, eval_every=100)
+MODEL = dict(dim=64, depth=1, heads=2, positions="rope")
+LRS = (3e-3, 1e-2)                       # the learning-rate grid of every contender
+LINFORMER_GRID = ((3e-3, 1.0), (1e-2, 1.0), (3e-3, 10.0))   # (lr, ef_lr_scale): E/F's own lr among the points
+SELECTION_NOISE = 0.01                  # std of the noise added to a selection E = F, times 1/sqrt(n)
+
+
+@dataclass(frozen=True)
+class Contender:
+    """One model of the comparison: its attention, the sizes of its low-dimensional object, its grid."""
+    name: str
+    attention: str = "sdpa"             # a minilin attention name
+    arch: str = "tinylm"                # or "attention-off" (the model that reads no context)
+    proj_len: int | None = None         # Linformer's k
+    nb_features: int | None = None      # Performer's m
+    init: str = "default"               # "default" (the course's fan_in) or "selection" (Linformer's E = F)
+    causal: bool = False                # the copy is posed bidirectionally; on recall all but Linformer are causal
+    grid: tuple = tuple((lr, 1.0) for lr in LRS)   # (lr, ef_lr_scale) points
+
+    def model_config(self, n, seed):
+        extra = {k: v for k, v in (("proj_len", self.proj_len), ("nb_features", self.nb_features)) if v}
+        return LMConfig(block_size=n, attention=self.attention, seed=seed, causal=self.causal, **MODEL, **extra)
+
+
+def copy_task():
+    return SpanCopy(seq_len=COPY["n"], span_len=COPY["span"], alphabet=COPY["alphabet"])
+
+
+def recall_task(pairs):
+    return AssociativeRecall(seq_len=RECALL["n"], n_pairs=pairs, n_queries=RECALL["queries"],
+                             n_keys=RECALL["keys"], n_values=RECALL["values"])
+
+
+def copy_contenders(ks=(16, 32, 48, 64), ms=(16, 64, 256), selection_ks=(32, 64)):
+    """The copy's contenders. "selection fixed": E = F = the selection, never trained (ef_lr_scale 0): set by hand."""
+    out = [Contender("exact", grid=((1e-3, 1.0), *((lr, 1.0) for lr in LRS))),
+           Contender("attention off", arch="attention-off")]
+    out += [Contender(f"Linformer k={k}", "linformer", proj_len=k, grid=LINFORMER_GRID) for k in ks]
+    out += [Contender(f"Linformer k={k}, selection init", "linformer", proj_len=k, init="selection")
+            for k in selection_ks]
+    out += [Contender(f"Linformer k={k}, selection fixed", "linformer", proj_len=k, init="selection",
+                      grid=tuple((lr, 0.0) for lr in LRS)) for k in selection_ks]
+    out += [Contender(f"Performer m={m}", "performer", nb_features=m) for m in ms]
+    return out
+
+
+def recall_contenders(k=8, m=64):
+    """Causal models (the queries come last; nothing after one reveals its answer), except Linformer, which cannot be."""
+    return [Contender("exact", causal=True), Contender("attention off", arch="attention-off", causal=True),
+            Contender(f"Linformer k={k}", "linformer", proj_len=k),   # E/F lr x10 was never the copy's best point
+            Contender(f"Performer m={m}", "performer", nb_features=m, causal=True),
+            Contender("elu+1", "linear", causal=True)]
+
+
+def selection_init_(model, *, generator, noise=SELECTION_NOISE):
+    """Set every Linformer layer's E and F to [I_k | 0] (slot j = position j) plus N(0, (noise/√n)²); returns model."""
+    for block in model.blocks:
+        attn = block.attn
+        for P in (getattr(attn, "E", None), getattr(attn, "F", None)):
+            if not isinstance(P, torch.nn.Parameter):
+                continue
+            k, n = P.shape[-2], P.shape[-1]
+            with torch.no_grad():
+                z = torch.randn(P.shape, generator=generator, dtype=P.dtype)
+                P.copy_(z * noise / n ** 0.5)
+                j = torch.arange(min(k, n))
+                P[..., j, j] += 1.0
+    return model
+
+
+def config(contender, *, n, batch, steps, eval_every, lr, ef_lr_scale=1.0, seed=0, device="cpu"):
+    """The TrainConfig of one grid point: the course's cosine recipe with a 30-step warm-up."""
+    return TrainConfig(model=contender.model_config(n, seed), arch=contender.arch, steps=steps, batch_size=batch,
+                       lr=lr, ef_lr_scale=ef_lr_scale, warmup=30, eval_interval=eval_every, eval_batches=4,
+                       seed=seed, device=device)
+
+
+def run(contender, task, sizes, *, lr, ef_lr_scale=1.0, seed=0, device="cpu"):
+    """Train one grid point; returns minilin.train's History (History.model is the trained model)."""
+    cfg = config(contender, n=task.seq_len, batch=sizes["batch"], steps=sizes["steps"],
+                 eval_every=sizes["eval_every"], lr=lr, ef_lr_scale=ef_lr_scale, seed=seed, device=device)
+    model = None
+    if contender.init == "selection":
+        torch.manual_seed(seed)  # the same draws train() makes for this seed, then E = F replaced
+        model = selection_init_(TinyLM(cfg.model), generator=torch.Generator().manual_seed(seed))
+    elif contender.init != "default":
+        raise ValueError(f"unknown init {contender.init!r}: 'default' or 'selection'")
+    return train(replace(cfg), data=task, model=model, progress=False)
+
+
+def curve_rows(history, contender, task_name, *, lr, ef_lr_scale, seed):
+    """One dict per evaluation of a run (the CSV's rows)."""
+    return [{"task": task_name, "model": contender.name, "lr": lr, "ef_lr_scale": ef_lr_scale, "seed": seed,
+             "step": step, "val_acc": round(acc, 4), "params": history.params,
+             "train_s": round(history.time[-1], 1)} for step, acc in zip(history.eval_step, history.val_acc)]
+
+
+@contextmanager
+def swapped_mix(attn, fn):
+    """Temporarily replace an attention layer's mixing step: an instance attribute shadows the `mix` method."""
+    attn.mix = fn
+    try:
+        yield
+    finally:
+        del attn.mix
+
+
+def effective_map(attn, q, k):
+    """The (B, H, N, n) map a layer applies to its values: softmax(q kᵀ/√d), or Linformer's A F with
+    A = softmax(q (E k)ᵀ/√d) when the layer has projections (the layer's own E, F)."""
+    if hasattr(attn, "projections"):
+        E, F = attn.projections(k.shape[-2])                       # (k, n) each
+        return attention_matrix(q, E @ k) @ F                      # (B, H, N, k) @ (k, n)
+    return attention_matrix(q, k)
+
+
+def rank_cut(r, attn=None):
+    """A mixing step: the layer's attention map (exact, or Linformer's A F if `attn` is a Linformer layer) cut to
+    its best rank-r approximation (truncated SVD, recomputed for every input), times v."""
+    return lambda q, k, v, *, mask=None, causal=False: best_rank_approx(effective_map(attn, q, k), r) @ v
+
+
+def ideal_copy(attn, span):
+    """A mixing step: the layer's own output, except that each of the last `span` positions (the copy's answer
+    slots) reads exactly the value at its source position: Linformer with E = F = [I_S | 0] and A = I."""
+    def mix(q, k, v, *, mask=None, causal=False):
+        out = type(attn).mix(attn, q, k, v, mask=mask, causal=causal).clone()
+        out[..., -span:, :] = v[..., :span, :]
+        return out
+    return mix
+
+
+def selection_oracle(k):
+    """A mixing step: Linformer with E = F = [I_k | 0] set by hand, i.e. softmax attention over the first k keys."""
+    return lambda q, k_, v, *, mask=None, causal=False: softmax_attention(q, k_[..., :k, :], v[..., :k, :])
+
+
+def score(model, task, *, mix=None, device="cpu"):
+    """Validation accuracy on 4 fixed batches of 8 (generator seed 7), layer 0's mixing step replaced by `mix`."""
+    model.eval()
+    with torch.no_grad():
+        if mix is None:
+            return evaluate(model, task, batches=4, batch_size=8, seed=7, device=device)["acc"]
+        with swapped_mix(model.blocks[0].attn, mix):
+            return evaluate(model, task, batches=4, batch_size=8, seed=7, device=device)["acc"]

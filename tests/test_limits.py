@@ -1,0 +1,113 @@
+"""minilin.limits: notebook 08's probes, contenders and oracles (the functions its live runs and the grid share)."""
+import csv
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from minilin import limits
+from minilin.attention import softmax_attention
+from minilin.linformer import linformer_attention
+from minilin.model import TinyLM
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def gen(seed):
+    return torch.Generator().manual_seed(seed)
+
+
+def qkv(n=24, d=8, seed=0):
+    g = gen(seed)
+    return tuple(torch.randn(2, 3, n, d, generator=g, dtype=torch.float64) for _ in range(3))
+
+
+def test_selection_oracle_is_linformer_with_a_selection_E_F():
+    q, k, v = qkv()
+    for kk in (5, 24):
+        P = torch.zeros(kk, 24, dtype=torch.float64)
+        P[torch.arange(kk), torch.arange(kk)] = 1.0
+        expected = linformer_attention(q, k, v, P, P)
+        torch.testing.assert_close(limits.selection_oracle(kk)(q, k, v), expected, rtol=1e-12, atol=1e-12)
+    # at k = n it is exact attention; with fewer slots it is not
+    torch.testing.assert_close(limits.selection_oracle(24)(q, k, v), softmax_attention(q, k, v))
+    assert not torch.allclose(limits.selection_oracle(5)(q, k, v), softmax_attention(q, k, v))
+
+
+def test_rank_cut_is_exact_at_full_rank_and_low_rank_below():
+    q, k, v = qkv()
+    torch.testing.assert_close(limits.rank_cut(24)(q, k, v), softmax_attention(q, k, v), rtol=1e-9, atol=1e-9)
+    out = limits.rank_cut(3)(q, k, v)              # (B, H, N, D): a rank-3 map times v has rank <= 3
+    assert int(torch.linalg.matrix_rank(out[0, 0])) <= 3 < int(torch.linalg.matrix_rank(softmax_attention(q, k, v)[0, 0]))
+
+
+def test_selection_init_sets_E_and_F_to_the_first_k_positions():
+    c = next(c for c in limits.copy_contenders() if c.init == "selection")
+    model = TinyLM(c.model_config(limits.COPY["n"], seed=0))
+    limits.selection_init_(model, generator=gen(0), noise=0.0)
+    attn = model.blocks[0].attn
+    for P in (attn.E, attn.F):
+        k, n = P.shape
+        expected = torch.zeros(k, n)
+        expected[torch.arange(k), torch.arange(k)] = 1.0
+        assert torch.equal(P.detach(), expected) and isinstance(P, torch.nn.Parameter)
+    limits.selection_init_(model, generator=gen(0))   # default noise: close to, not equal to, the selection
+    assert 0 < float((attn.E.detach() - expected).abs().max()) < 0.01
+
+
+def test_swapped_mix_restores_the_layer_and_score_uses_it():
+    c = limits.Contender("exact")
+    model = TinyLM(c.model_config(32, seed=0)).eval()
+    task = limits.SpanCopy(seq_len=32, span_len=8, alphabet=16)
+    attn = model.blocks[0].attn
+    base = limits.score(model, task)
+    zeros = limits.score(model, task, mix=lambda q, k, v, **kw: torch.zeros_like(v))
+    assert "mix" not in vars(attn) and limits.score(model, task) == base
+    with limits.swapped_mix(attn, lambda q, k, v, **kw: 0 * v):
+        assert "mix" in vars(attn)
+    assert "mix" not in vars(attn) and 0.0 <= zeros <= 1.0
+
+
+def test_contenders_are_valid_configs_with_grids():
+    for contenders, n in ((limits.copy_contenders(), limits.COPY["n"]), (limits.recall_contenders(), limits.RECALL["n"])):
+        names = [c.name for c in contenders]
+        assert len(set(names)) == len(names) and "exact" in names and "attention off" in names
+        for c in contenders:
+            assert len(c.grid) >= 2
+            cfg = limits.config(c, n=n, batch=2, steps=1, eval_every=1, lr=c.grid[0][0], seed=0)
+            cfg.validate()
+    ks = [c.proj_len for c in limits.copy_contenders() if c.attention == "linformer" and c.init == "default"]
+    assert min(ks) < limits.COPY["span"] <= max(ks)        # k below the span and at or above it
+    assert any(ef != 1.0 for c in limits.copy_contenders() for _, ef in c.grid)   # E/F's lr is in a grid
+    assert all(c.causal for c in limits.recall_contenders() if c.attention != "linformer")
+
+
+def test_run_is_deterministic_and_selection_init_changes_the_start():
+    task = limits.SpanCopy(seq_len=32, span_len=15, alphabet=16)
+    sizes = dict(batch=4, steps=4, eval_every=2)
+    c = limits.Contender("Linformer k=16", "linformer", proj_len=16)
+    a = limits.run(c, task, sizes, lr=3e-3, seed=1)
+    b = limits.run(c, task, sizes, lr=3e-3, seed=1)
+    assert a.val_acc == b.val_acc and a.loss == b.loss
+    s = limits.run(limits.Contender("sel", "linformer", proj_len=16, init="selection"), task, sizes, lr=3e-3, seed=1)
+    assert s.loss[0] != a.loss[0]
+    rows = limits.curve_rows(a, c, task.name, lr=3e-3, ef_lr_scale=1.0, seed=1)
+    assert [r["step"] for r in rows] == a.eval_step and rows[0]["model"] == "Linformer k=16"
+    with pytest.raises(ValueError, match="unknown init"):
+        limits.run(limits.Contender("x", "linformer", proj_len=4, init="identity"), task, sizes, lr=3e-3)
+
+
+@pytest.mark.parametrize("name", ["copy", "recall"])
+def test_committed_grid_covers_every_contender_grid_point_and_seed(name):
+    path = ROOT / "results" / "reference" / f"limits_{name}.csv"
+    if not path.exists():
+        pytest.fail(f"{path} is missing: run `python tests/limits_runs.py {name}`")
+    text = path.read_text()
+    assert "command: python tests/limits_runs.py" in text and "machine:" in text
+    rows = list(csv.DictReader(line for line in text.splitlines() if not line.startswith("#")))
+    sys.path.insert(0, str(ROOT / "tests"))
+    import limits_runs
+    expected = {(t.name, c.name, f"{lr}", f"{ef}", f"{seed}") for t, _, c, lr, ef, seed in limits_runs.runs(name)}
+    got = {(r["task"], r["model"], r["lr"], r["ef_lr_scale"], r["seed"]) for r in rows if r["measure"] == "val_acc"}
+    assert got == expected
