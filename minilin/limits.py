@@ -165,3 +165,8 @@ def score(model, task, *, mix=None, device="cpu"):
             return evaluate(model, task, batches=4, batch_size=8, seed=7, device=device)["acc"]
         with swapped_mix(model.blocks[0].attn, mix):
             return evaluate(model, task, batches=4, batch_size=8, seed=7, device=device)["acc"]
+
+
+def gated_recall_contenders():
+    """Notebook 09's recall contenders beyond notebook 08's (same task, sizes, causal): decay, gate, delta rule."""
+    return [Contender(name, name, causal=True) for name in ("retention", "gla", "deltanet", "gated-deltanet")]

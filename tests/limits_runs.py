@@ -40,10 +40,10 @@ def runs(task_name):
         return [(task, limits.COPY, c, lr, ef, seed) for seed in SEEDS for c in limits.copy_contenders()
                 for lr, ef in c.grid]
     out = []
+    contenders = limits.gated_recall_contenders() if task_name == "recall-gated" else limits.recall_contenders()
     for pairs in limits.RECALL["pairs"]:
         task = limits.recall_task(pairs)
-        out += [(task, limits.RECALL, c, lr, ef, seed) for seed in SEEDS for c in limits.recall_contenders()
-                for lr, ef in c.grid]
+        out += [(task, limits.RECALL, c, lr, ef, seed) for seed in SEEDS for c in contenders for lr, ef in c.grid]
     return out
 
 
@@ -85,13 +85,13 @@ def main(argv=None):
         print(f"{out}: {len(body)} rows from {len(parts)} parts")
         return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("task", choices=("copy", "recall"))
+    parser.add_argument("task", choices=("copy", "recall", "recall-gated"))
     parser.add_argument("--shard", default="0/1", help="i/n: run every n-th run starting at i")
     parser.add_argument("--out", type=Path)
     parser.add_argument("--models", help="only these runs: 'name' or 'name@lr', separated by '|'")
     args = parser.parse_args(argv)
     i, n = (int(x) for x in args.shard.split("/"))
-    out = args.out or ROOT / "results" / "reference" / f"limits_{args.task}.csv"
+    out = args.out or ROOT / "results" / "reference" / f"limits_{args.task.replace('-', '_')}.csv"
     torch.set_num_threads(1)
     todo = [r for j, r in enumerate(runs(args.task)) if j % n == i]
     if args.models:
