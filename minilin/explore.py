@@ -162,6 +162,7 @@ class AttentionExplorer:
             detail = {"exact": "", "Linformer": f", k={proj_len} (random E)", "FAVOR+": f", m={nb_features}",
                       "elu+1": ""}[name]
             err = "" if name == "exact" else f"\nerror: map {errors[name]['map']:.2f}, output {errors[name]['output']:.2f}"
+            ax.grid(False)   # a style's grid lines would cross the map
             ax.set(title=f"{name}{detail}{err}", xlabel=self.col_label, xticks=_ticks(m.shape[1]),
                    yticks=_ticks(m.shape[0]) if ax is axes[0] else [])
         axes[0].set_ylabel(self.row_label)
