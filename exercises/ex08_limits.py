@@ -21,7 +21,7 @@ def linformer_effective_map(q, k, E, F, mask=None):
     the map each query applies to the M values; its rank is at most k. Use only the first M columns of E and F.
     With a mask, Linformer zeroes padded keys and values before projecting them (notebook 03, section 2): a padded
     key joins no slot, and the map's column of a padded position is 0 (its value joins no slot).
-    Revisits notebook 08, section 3 (the map of a trained Linformer), for per-head projections, sequences shorter
+    Revisits notebook 08, sections 5 and 6 (the map of a trained Linformer), for per-head projections, sequences shorter
     than seq_len and padding as well.
 
     Hint 1 (nudge): the softmax is taken over the k projected slots, not over the M positions; the projection F
@@ -42,9 +42,9 @@ def state_readout(k, v, q):
     k: (B, H, p, D) keys, v: (B, H, p, Dv) values, q: (B, H, Q, D) queries  ->  (B, H, Q, Dv)
     Linear attention without its normaliser keeps one (D, Dv) state per head, S = Σ_i k_i v_iᵀ, whatever p is;
     a query q reads out q S. Return the readout of every query.
-    Extends notebook 08, sections 1 and 2 (a sharp lookup; one fixed budget that cannot hold what the task
-    needs) to associative recall (minilin.data.AssociativeRecall's task): no notebook cell stores pairs in a
-    linear-attention state.
+    Extends notebook 08, sections 1, 2 and 8 (a sharp lookup; one fixed budget; associative recall trained end to
+    end) to a state built by hand for minilin.data.AssociativeRecall's kind of task: no notebook cell builds such a
+    state by hand.
 
     Hint 1 (nudge): the state does not grow with p: it is a sum of outer products, one per pair.
     Hint 2 (plan): build the state of every (batch, head) at once from the keys and the values, then multiply
@@ -63,7 +63,7 @@ def recall_accuracy(k, v):
     nearest (Euclidean distance) to the readout k_i S is v_i itself. Return the recalled fraction per head.
     With orthonormal keys and p <= D every pair comes back exactly; past p = D the keys cannot be orthogonal,
     the crosstalk Σ_{j≠i} (k_i · k_j) v_j grows, and the accuracy falls.
-    Extends notebook 08, sections 1 and 2, as state_readout does.
+    Extends notebook 08, sections 1, 2 and 8, as state_readout does.
 
     Hint 1 (nudge): read the state with the keys themselves, then compare each readout with every stored value.
     Hint 2 (plan): the readouts (B, H, p, Dv); the distances from each readout to each value (B, H, p, p); the
@@ -82,8 +82,9 @@ def linformer_copy(v, positions, sharpness):
     so that, after the 1/√D scaling, query j scores s on projected slot j and 0 on every other slot, with slot j
     holding the key and the value of position positions[j]. Return the layer's output
     softmax(q (E k)ᵀ / √D) (F v) for these choices: row j then tends to v[positions[j]] as s grows.
-    Extends notebook 08, sections 1 and 4: the copy that needs full rank is within reach of a Linformer whose
-    slots are the positions to copy; no notebook cell builds such a projection.
+    Extends notebook 08, sections 1, 2 and 5: the copy that needs full rank is within reach of a Linformer whose
+    slots are the positions to copy. The notebook starts E = F at the first k positions and swaps in A = I by hand;
+    no cell chooses the keys and queries that make a layer copy positions of your choice.
 
     Hint 1 (nudge): what must a projection matrix look like for its product with the values to be just some rows
         of the values, in a chosen order? And which keys and queries give a score table that is s times the

@@ -259,7 +259,7 @@ class SpanCopy:
 
     Layout:  s1 s2 ... sS  . . . . (filler) . . . .  = █ █ ... █
     S random letters, filler, a copy mark, then S MASK slots whose targets are s1..sS in order. Slot j must
-    attend to position j, seq_len - S - 1 positions back: sharp and positional. Chance accuracy 1/alphabet.
+    attend to position j, seq_len - S positions back: sharp and positional. Chance accuracy 1/alphabet.
     """
 
     requires_causal_model = False

@@ -63,6 +63,11 @@ def _row_normalised(w, name):
     return w / total
 
 
+def _ticks(size, count=5):
+    """About `count` evenly spaced integer tick positions over 0..size-1, both ends included."""
+    return sorted({round(i * (size - 1) / (count - 1)) for i in range(count)}) if size > 1 else [0]
+
+
 def attention_maps(q, k, *, sigma=1.0, proj_len=32, nb_features=64, seed=0):
     """{name: (N, N) map} for MAPS on one head's q, k (N, D): output = map @ v (see the module docstring).
 
@@ -157,7 +162,9 @@ class AttentionExplorer:
             detail = {"exact": "", "Linformer": f", k={proj_len} (random E)", "FAVOR+": f", m={nb_features}",
                       "elu+1": ""}[name]
             err = "" if name == "exact" else f"\nerror: map {errors[name]['map']:.2f}, output {errors[name]['output']:.2f}"
-            ax.set(title=f"{name}{detail}{err}", xlabel=self.col_label, xticks=[], yticks=[])
+            ax.grid(False)   # a style's grid lines would cross the map
+            ax.set(title=f"{name}{detail}{err}", xlabel=self.col_label, xticks=_ticks(m.shape[1]),
+                   yticks=_ticks(m.shape[0]) if ax is axes[0] else [])
         axes[0].set_ylabel(self.row_label)
         fig.colorbar(images["exact"], ax=axes[:3], shrink=0.9, label="attention weight (one scale, square-root)")
         fig.colorbar(images["Linformer"], ax=axes[3], shrink=0.9, label="map entry (signed)")

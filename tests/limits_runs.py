@@ -1,6 +1,6 @@
 """Train notebook 08's learning-rate grids on three seeds; write results/reference/limits_{copy,recall}.csv.
 
-    python tests/limits_runs.py copy                      # every copy contender x grid x seed (CPU: ~20 min)
+    python tests/limits_runs.py copy                      # every copy contender x grid x seed (about 50 CPU-minutes)
     python tests/limits_runs.py recall                    # associative recall at each number of pairs
     python tests/limits_runs.py copy --shard 0/2 --out /tmp/c0.csv    # half of the runs (run 1/2 beside it)
     python tests/limits_runs.py merge results/reference/limits_copy.csv /tmp/c0.csv /tmp/c1.csv
