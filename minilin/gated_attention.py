@@ -6,7 +6,7 @@ with the gates computed from x (RetNet's γ is a fixed buffer):
     RetentionSelfAttention      S_t = γ_h S_{t-1} + k_t v_tᵀ                γ_h = 1 − 2^(−5−h)
     GLASelfAttention            S_t = diag(exp g_t) S_{t-1} + k_t v_tᵀ      g_t = logsigmoid(W2 W1 x_t) / 16
     DeltaNetSelfAttention       S_t = S_{t-1} + β_t k_t (v_t − S_{t-1}ᵀ k_t)ᵀ    β_t = sigmoid(W_β x_t), |q|=|k|=1
-    GatedDeltaNetSelfAttention  S_t = α_t (I − β_t k_t k_tᵀ) S_{t-1} + β_t k_t v_tᵀ   α_t = sigmoid(W_α x_t)
+    GatedDeltaNetSelfAttention  S_t = α_t (I − β_t k_t k_tᵀ) S_{t-1} + β_t k_t v_tᵀ   α_t = exp(−A softplus(W_α x_t + b))
     and o_t = S_tᵀ q_t / √Dk (minilin/gated.py states the equations and their papers).
 
 Only the recurrence and its gates are kept: RetNet's GroupNorm and swish output gate, GLA's output gate and
@@ -22,6 +22,7 @@ pads (exactly so in exact arithmetic; in floating point up to the round-off of w
 
 Also here: the benchmark's builders (`Variant.bench` of the four registry entries), fn(q, k, v) with fixed gates.
 """
+import math
 from dataclasses import dataclass
 
 import torch
@@ -224,17 +225,33 @@ class DeltaNetSelfAttention(_GatedSelfAttention):
 class GatedDeltaNetSelfAttention(DeltaNetSelfAttention):
     """Gated DeltaNet (arXiv 2412.06464 eq. 10): S_t = α_t (I − β_t k_t k_tᵀ) S_{t-1} + β_t k_t v_tᵀ.
 
-    x (B, N, dim) -> (B, N, dim). DeltaNet's unit q, k and β, plus a decay per head and token:
-    log α_t = logsigmoid(to_alpha(x_t)) (B, H, N) ≤ 0.
+    x (B, N, dim) -> (B, N, dim). DeltaNet's unit q, k and β, plus a decay per head and token in Mamba-2's
+    parameterisation (as flash-linear-attention's GatedDeltaNet layer has it):
+        log α_t = −A_h · softplus(to_alpha(x_t) + dt_bias_h) ≤ 0   (B, H, N),
+    with A_h drawn from U(0, 16) (kept as its log, `A_log`) and dt_bias_h the inverse softplus of a step Δ_h
+    drawn log-uniformly from [0.001, 0.1]. At the start of training α_t ≈ exp(−A_h Δ_h): most heads keep most of
+    their state for tens of tokens. (A plain logsigmoid(to_alpha(x)) starts every head at α ≈ 0.5, which halves
+    the state at every token: a pair written 30 tokens before its query is gone before training can use it.)
     """
     gates_needed = ("beta", "log_alpha")
+    DT_RANGE = (0.001, 0.1)
+    A_RANGE = (0.0, 16.0)
 
     def __init__(self, dim, heads=8, *, dim_head=None, dropout=0.0, bias=False, chunk_size=64):
         super().__init__(dim, heads, dim_head=dim_head, dropout=dropout, bias=bias, chunk_size=chunk_size)
-        self.to_alpha = nn.Linear(dim, heads)
+        self.to_alpha = nn.Linear(dim, heads, bias=False)
+        lo, hi = (math.log(t) for t in self.DT_RANGE)
+        dt = torch.exp(torch.rand(heads) * (hi - lo) + lo).clamp(min=1e-4)       # (H,) steps Δ_h
+        self.dt_bias = nn.Parameter(dt + torch.log(-torch.expm1(-dt)))           # softplus(dt_bias) = Δ_h
+        a = torch.empty(heads).uniform_(*self.A_RANGE).clamp(min=1e-4)           # (H,) rates A_h (log of 0: -inf)
+        self.A_log = nn.Parameter(a.log())
+
+    def log_alpha(self, x):
+        """(B, N, dim) -> (B, H, N): log α_t = −exp(A_log) · softplus(to_alpha(x) + dt_bias) ≤ 0."""
+        return self.split_gate(-self.A_log.exp() * F.softplus(self.to_alpha(x) + self.dt_bias))
 
     def gates(self, x):
-        return {**super().gates(x), "log_alpha": self.split_gate(F.logsigmoid(self.to_alpha(x)))}  # (B, H, N)
+        return {**super().gates(x), "log_alpha": self.log_alpha(x)}  # (B, H, N)
 
     def step_gates(self, gates):
         return gates["log_alpha"], gates["beta"]

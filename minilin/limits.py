@@ -38,10 +38,13 @@ class Contender:
     init: str = "default"               # "default" (the course's fan_in) or "selection" (Linformer's E = F)
     causal: bool = False                # the copy is posed bidirectionally; on recall all but Linformer are causal
     grid: tuple = tuple((lr, 1.0) for lr in LRS)   # (lr, ef_lr_scale) points
+    shape: tuple = ()                   # (field, value) pairs that replace MODEL's, e.g. (("dim_head", 8),)
 
     def model_config(self, n, seed):
         extra = {k: v for k, v in (("proj_len", self.proj_len), ("nb_features", self.nb_features)) if v}
-        return LMConfig(block_size=n, attention=self.attention, seed=seed, causal=self.causal, **MODEL, **extra)
+        attention = list(self.attention) if isinstance(self.attention, tuple) else self.attention  # a hybrid
+        return LMConfig(block_size=n, attention=attention, seed=seed, causal=self.causal,
+                        **{**MODEL, **dict(self.shape)}, **extra)
 
 
 def copy_task():
@@ -170,3 +173,22 @@ def score(model, task, *, mix=None, device="cpu"):
 def gated_recall_contenders():
     """Notebook 09's recall contenders beyond notebook 08's (same task, sizes, causal): decay, gate, delta rule."""
     return [Contender(name, name, causal=True) for name in ("retention", "gla", "deltanet", "gated-deltanet")]
+
+
+SMALL_STATE = 8      # notebook 09's second state size: heads of 8 dimensions (MODEL's default is dim // heads = 32)
+
+
+def small_state_recall_contenders(dim_head=SMALL_STATE):
+    """Notebook 09's recall contenders with a smaller state: the same model with heads of `dim_head` dimensions
+    (each head's state is dim_head x dim_head, exact's cache 2 x dim_head per token and head). Plus one hybrid,
+    an exact layer above a Gated DeltaNet layer, and its control, two Gated DeltaNet layers (the hybrid also has
+    two layers: without the control a gain could be depth's)."""
+    shape = (("dim_head", dim_head),)
+    names = (("exact", "sdpa"), ("elu+1", "linear"), ("retention", "retention"), ("gla", "gla"),
+             ("deltanet", "deltanet"), ("gated-deltanet", "gated-deltanet"))
+    out = [Contender(f"{name}, d_h={dim_head}", attention, causal=True, shape=shape) for name, attention in names]
+    out += [Contender(f"hybrid gated-deltanet + exact, d_h={dim_head}", ("gated-deltanet", "sdpa"), causal=True,
+                      shape=(*shape, ("depth", 2))),
+            Contender(f"gated-deltanet x2, d_h={dim_head}", ("gated-deltanet", "gated-deltanet"), causal=True,
+                      shape=(*shape, ("depth", 2)))]
+    return out

@@ -3,6 +3,7 @@
 the gates' ranges, the module against the pure function on its own projections, and the benchmark builders.
 (The registry-wide tests cover them too: tests/test_linear.py, tests/test_model.py, tests/test_train.py,
 tests/test_bench.py.)"""
+import math
 import pytest
 import torch
 import torch.nn.functional as F
@@ -144,7 +145,7 @@ def test_module_is_the_pure_function_on_its_projections(name):
         if name == "deltanet":
             out = gated.delta_rule(q, k, v, beta)
         else:
-            log_alpha = F.logsigmoid(F.linear(x, module.to_alpha.weight, module.to_alpha.bias)).transpose(1, 2)
+            log_alpha = (-module.A_log.exp() * F.softplus(F.linear(x, module.to_alpha.weight) + module.dt_bias)).transpose(1, 2)
             out = gated.gated_delta_rule(q, k, v, beta, log_alpha)
     want = F.linear(out.transpose(1, 2).reshape(2, 9, 16), module.to_out.weight, module.to_out.bias)
     torch.testing.assert_close(module(x), want, rtol=0, atol=TOL)
@@ -203,3 +204,16 @@ def test_bench_builder_is_the_function_with_fixed_gates(name):
     with pytest.raises(ValueError, match="causal by construction"):
         variants.resolve(variants.get(name).bench)(70, bench.Tensors("cpu", torch.float64, 0), causal=False,
                                                     heads=2, dim_head=8)
+
+
+def test_gated_deltanet_starts_with_mamba2_decays():
+    # A_h ~ U(0, 16), Δ_h log-uniform in [0.001, 0.1] (flash-linear-attention's GatedDeltaNet): with x = 0 the decay
+    # is exp(−A_h Δ_h), between exp(−1.6) and 1; over many heads the steps spread over the whole range
+    torch.manual_seed(0)
+    module = GatedDeltaNetSelfAttention(16, heads=64, dim_head=2)
+    dt, a = F.softplus(module.dt_bias.detach().double()), module.A_log.detach().double().exp()
+    assert (dt >= 0.001 - 1e-12).all() and (dt <= 0.1 + 1e-12).all() and dt.min() < 0.003 and dt.max() > 0.05
+    assert (a > 0).all() and (a <= 16).all() and a.max() > 12
+    alpha = module.log_alpha(torch.zeros(1, 3, 16)).exp()                     # (1, H, 3)
+    torch.testing.assert_close(alpha[0, :, 0].double(), torch.exp(-a * dt), rtol=1e-6, atol=0)
+    assert alpha.min() >= math.exp(-1.6) - 1e-6 and alpha.median() > 0.9   # most heads keep most of their state
