@@ -76,8 +76,8 @@ def repeated_write_error(initial_state, k, v, beta, t):
     initial_state: (B, H, Dk, Dv), k: (B, H, Dk), v: (B, H, Dv), beta: (B, H), t: an int >= 0  ->  (B, H, Dv)
     Write the pair (k, v) t times with the delta rule S ← S + β k (v − Sᵀ k)ᵀ, starting from initial_state, and
     return the error v − Sᵀ k that remains. Find the closed form: no loop over the t writes.
-    Extends notebook 09, section 1 ("write the error, not the value"): no notebook cell writes one key again and
-    again. Checked against the loop for t = 0, 1, 3, 8 with β from 0 to 1.9 (minilin's layers keep β <= 1; the
+    Extends notebook 09, section 1 ("Repeated writes to one key"), which runs the writes for a unit key and β <= 1:
+    here the key has any length, β may exceed 1, and the answer is a formula, not a loop. Checked against the loop for t = 0, 1, 3, 8 with β from 0 to 1.9 (minilin's layers keep β <= 1; the
     algebra does not need it), for keys that are not unit length, and for β = 1 with a unit key (zero after one
     write).
 

@@ -70,9 +70,11 @@ def test_swapped_mix_restores_the_layer_and_score_uses_it():
 
 
 def test_contenders_are_valid_configs_with_grids():
-    for contenders, n in ((limits.copy_contenders(), limits.COPY["n"]), (limits.recall_contenders(), limits.RECALL["n"])):
+    for contenders, n in ((limits.copy_contenders(), limits.COPY["n"]), (limits.recall_contenders(), limits.RECALL["n"]),
+                          (limits.gated_recall_contenders(), limits.RECALL["n"]),
+                          (limits.small_state_recall_contenders(), limits.RECALL["n"])):
         names = [c.name for c in contenders]
-        assert len(set(names)) == len(names) and "exact" in names and "attention off" in names
+        assert len(set(names)) == len(names)
         for c in contenders:
             assert len(c.grid) >= 2
             cfg = limits.config(c, n=n, batch=2, steps=1, eval_every=1, lr=c.grid[0][0], seed=0)
@@ -81,6 +83,21 @@ def test_contenders_are_valid_configs_with_grids():
     assert min(ks) < limits.COPY["span"] <= max(ks)        # k below the span and at or above it
     assert any(ef != 1.0 for c in limits.copy_contenders() for _, ef in c.grid)   # E/F's lr is in a grid
     assert all(c.causal for c in limits.recall_contenders() if c.attention != "linformer")
+    assert {"exact", "attention off"} <= {c.name for c in limits.recall_contenders()}
+
+
+def test_small_state_contenders_change_only_the_head_size_and_the_hybrid_has_its_control():
+    small = {c.name: c.model_config(limits.RECALL["n"], 0) for c in limits.small_state_recall_contenders()}
+    base = limits.Contender("deltanet", "deltanet", causal=True).model_config(limits.RECALL["n"], 0)
+    cfg = small[f"deltanet, d_h={limits.SMALL_STATE}"]
+    assert cfg.head_dim() == limits.SMALL_STATE < base.head_dim() == limits.MODEL["dim"] // limits.MODEL["heads"]
+    assert (cfg.dim, cfg.depth, cfg.heads, cfg.positions) == (base.dim, base.depth, base.heads, base.positions)
+    hybrid = small[f"hybrid gated-deltanet + exact, d_h={limits.SMALL_STATE}"]
+    control = small[f"gated-deltanet x2, d_h={limits.SMALL_STATE}"]
+    assert hybrid.depth == control.depth == 2 and hybrid.layer_attention() == ["gated-deltanet", "sdpa"]
+    assert control.layer_attention() == ["gated-deltanet", "gated-deltanet"]
+    model = TinyLM(hybrid)
+    assert [type(b.attn).__name__ for b in model.blocks] == ["GatedDeltaNetSelfAttention", "ExactSelfAttention"]
 
 
 def test_run_is_deterministic_and_selection_init_changes_the_start():
@@ -98,9 +115,9 @@ def test_run_is_deterministic_and_selection_init_changes_the_start():
         limits.run(limits.Contender("x", "linformer", proj_len=4, init="identity"), task, sizes, lr=3e-3)
 
 
-@pytest.mark.parametrize("name", ["copy", "recall"])
+@pytest.mark.parametrize("name", ["copy", "recall", "recall-gated", "recall-small"])
 def test_committed_grid_covers_every_contender_grid_point_and_seed(name):
-    path = ROOT / "results" / "reference" / f"limits_{name}.csv"
+    path = ROOT / "results" / "reference" / f"limits_{name.replace('-', '_')}.csv"
     if not path.exists():
         pytest.fail(f"{path} is missing: run `python tests/limits_runs.py {name}`")
     text = path.read_text()
