@@ -192,3 +192,14 @@ def small_state_recall_contenders(dim_head=SMALL_STATE):
             Contender(f"gated-deltanet x2, d_h={dim_head}", ("gated-deltanet", "gated-deltanet"), causal=True,
                       shape=(*shape, ("depth", 2)))]
     return out
+
+
+LOW_LR = 1e-3      # notebook 09's third learning rate, below LRS: the lower edge of LRS was most recall models' best
+
+
+def low_lr_recall_contenders():
+    """Notebook 09's recall models at one more learning rate, LOW_LR: notebook 08's exact and elu+1, the gated models
+    with heads of 32, and every small-state model. With it each model's grid is (LOW_LR,) + LRS."""
+    models = [c for c in recall_contenders() if c.name in ("exact", "elu+1")] + gated_recall_contenders()
+    models += small_state_recall_contenders()
+    return [replace(c, grid=((LOW_LR, 1.0),)) for c in models]

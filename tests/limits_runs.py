@@ -4,6 +4,7 @@
     python tests/limits_runs.py recall                    # associative recall at each number of pairs
     python tests/limits_runs.py recall-gated              # notebook 09: retention, GLA, DeltaNet, Gated DeltaNet
     python tests/limits_runs.py recall-small              # notebook 09: every recall model with heads of 8 dims
+    python tests/limits_runs.py recall-low-lr             # notebook 09: its recall models at lr 1e-3 too
     python tests/limits_runs.py copy --shard 0/2 --out /tmp/c0.csv    # half of the runs (run 1/2 beside it)
     python tests/limits_runs.py merge results/reference/limits_copy.csv /tmp/c0.csv /tmp/c1.csv
 
@@ -43,7 +44,8 @@ def runs(task_name):
                 for lr, ef in c.grid]
     out = []
     contenders = {"recall-gated": limits.gated_recall_contenders,
-                  "recall-small": limits.small_state_recall_contenders}.get(task_name, limits.recall_contenders)()
+                  "recall-small": limits.small_state_recall_contenders,
+                  "recall-low-lr": limits.low_lr_recall_contenders}.get(task_name, limits.recall_contenders)()
     for pairs in limits.RECALL["pairs"]:
         task = limits.recall_task(pairs)
         out += [(task, limits.RECALL, c, lr, ef, seed) for seed in SEEDS for c in contenders for lr, ef in c.grid]
@@ -88,7 +90,7 @@ def main(argv=None):
         print(f"{out}: {len(body)} rows from {len(parts)} parts")
         return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("task", choices=("copy", "recall", "recall-gated", "recall-small"))
+    parser.add_argument("task", choices=("copy", "recall", "recall-gated", "recall-small", "recall-low-lr"))
     parser.add_argument("--shard", default="0/1", help="i/n: run every n-th run starting at i")
     parser.add_argument("--out", type=Path)
     parser.add_argument("--models", help="only these runs: 'name' or 'name@lr', separated by '|'")

@@ -72,11 +72,12 @@ def test_swapped_mix_restores_the_layer_and_score_uses_it():
 def test_contenders_are_valid_configs_with_grids():
     for contenders, n in ((limits.copy_contenders(), limits.COPY["n"]), (limits.recall_contenders(), limits.RECALL["n"]),
                           (limits.gated_recall_contenders(), limits.RECALL["n"]),
-                          (limits.small_state_recall_contenders(), limits.RECALL["n"])):
+                          (limits.small_state_recall_contenders(), limits.RECALL["n"]),
+                          (limits.low_lr_recall_contenders(), limits.RECALL["n"])):
         names = [c.name for c in contenders]
         assert len(set(names)) == len(names)
         for c in contenders:
-            assert len(c.grid) >= 2
+            assert len(c.grid) >= 2 or c.grid == ((limits.LOW_LR, 1.0),)   # the low-lr grid adds one point to LRS
             cfg = limits.config(c, n=n, batch=2, steps=1, eval_every=1, lr=c.grid[0][0], seed=0)
             cfg.validate()
     ks = [c.proj_len for c in limits.copy_contenders() if c.attention == "linformer" and c.init == "default"]
@@ -115,7 +116,7 @@ def test_run_is_deterministic_and_selection_init_changes_the_start():
         limits.run(limits.Contender("x", "linformer", proj_len=4, init="identity"), task, sizes, lr=3e-3)
 
 
-@pytest.mark.parametrize("name", ["copy", "recall", "recall-gated", "recall-small"])
+@pytest.mark.parametrize("name", ["copy", "recall", "recall-gated", "recall-small", "recall-low-lr"])
 def test_committed_grid_covers_every_contender_grid_point_and_seed(name):
     path = ROOT / "results" / "reference" / f"limits_{name.replace('-', '_')}.csv"
     if not path.exists():

@@ -41,7 +41,7 @@ TEACHER_ONLY, STUDENT_ONLY = "teacher-only", "student-only"  # notebook cell tag
 TORCH = "2.13.0"  # the PyTorch every stored notebook output and the course's CI use (.ci/run)
 TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 PYTHON = "3.11"  # the grader needs tomllib (3.11+)
-GRADE_MINUTES = 15  # the grading step's limit: eight chapters at the grader's 60 s each, plus the start
+GRADE_MINUTES = 15  # the grading step's limit: nine chapters at the grader's 60 s each, plus the start
 
 
 def build_parser():
@@ -194,7 +194,7 @@ every stub must still fail, so your own work never turns them red (grade your wo
 
 | folder | what is in it |
 |---|---|
-| `notebooks/` | the chapters, `00` to `08`: open them in order, starting with `00_start_here.ipynb` |
+| `notebooks/` | the chapters, `00` to `09`: open them in order, starting with `00_start_here.ipynb` |
 | `exercises/` | your work: one file of stubs per chapter that has exercises (`ex01_attention.py`, `ex02_lowrank.py`, ...) |
 | `minilin/` | the package the chapters build; each task's checks are in `minilin/grading/exNN_*.py` |
 | `tests/` | the course's tests; `tests/exercises/` runs each task's checks under pytest |
