@@ -110,7 +110,7 @@ def linformer_into_ours(theirs, ours):
 def block_flops(batch, n, dim, *, proj_len=None, ff_mult=4):
     """Task 5.5: FLOPs of one forward pass of a pre-norm Transformer block, counted from first principles.
 
-    Revisits notebook 05, section 6 g ("Numeric claims, recomputed"), for any batch, length, width and ff_mult.
+    Revisits notebook 05, its appendix ("Numeric claims, recomputed"), for any batch, length, width and ff_mult.
     The block is minilin.model.Block: x + attn(LN(x)), then x + MLP(LN(x)) with MLP = Linear(dim, ff_mult·dim),
     GELU, Linear(ff_mult·dim, dim). attn: exact attention when proj_len is None, else Linformer projecting
     the n keys and values to proj_len positions (E @ K, F @ V; the paper calls proj_len k). Count as

@@ -52,6 +52,14 @@ CAUSAL_ERROR = (
     "(minilin.performer.favor_attention(..., causal=True)) or exact attention "
     "(minilin.attention.softmax_attention(..., causal=True)).")
 
+POOLING_CAUSAL_ERROR = (
+    "Linformer with {projection} pooling cannot be causal here: slot s pools one window of seq_len/k positions, so "
+    "a query inside a window would read that window's later tokens. Masking every slot whose window ends after "
+    "the query would remove the leak but also hide the query's own window (only its last position would see it; "
+    "notebook 03 measures this), and this layer does not implement that mask. For autoregressive models use causal "
+    "FAVOR+ (minilin.performer.favor_attention(..., causal=True)) or exact attention "
+    "(minilin.attention.softmax_attention(..., causal=True)).")
+
 
 def check_projection(name, P, *, heads, length, like):
     """Validate a projection E or F against q/k/v and return its first `length` columns.
@@ -251,8 +259,9 @@ class LinformerSelfAttention(MultiHeadSelfAttention):
         return E[..., :n], F[..., :n]
 
     def mix(self, q, k, v, *, mask=None, causal=False):
-        if causal:
-            raise ValueError(CAUSAL_ERROR)
+        if causal:   # a dense E mixes every position into every slot; pooling mixes one window into each slot
+            raise ValueError(CAUSAL_ERROR if self.projection == "linear"
+                             else POOLING_CAUSAL_ERROR.format(projection=self.projection))
         E, F = self.projections(k.shape[2])
         if self.projection == "mean":
             E = F = E.to(k)  # a fixed buffer: follow the input's dtype/device

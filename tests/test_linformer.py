@@ -274,8 +274,17 @@ def test_error_causal():
     with pytest.raises(ValueError, match=r"cannot be causal.*future.*favor_attention"):
         linformer_attention(q, k, v, E, E, causal=True)
     m = LinformerSelfAttention(8, heads=2, seq_len=6, proj_len=2)
-    with pytest.raises(ValueError, match=r"cannot be causal"):
+    with pytest.raises(ValueError, match=r"cannot be causal: E and F mix all n positions"):
         m(torch.randn(1, 6, 8), causal=True)
+
+
+@pytest.mark.parametrize("projection", ["mean", "conv"])
+def test_error_causal_pooling_names_the_window(projection):
+    # a pooled slot mixes one window, not all n positions: the message says so, and what a slot mask would cost
+    m = LinformerSelfAttention(8, heads=2, seq_len=6, proj_len=2, projection=projection)
+    with pytest.raises(ValueError, match=rf"{projection} pooling cannot be causal.*one window.*own window.*favor_attention") as err:
+        m(torch.randn(1, 6, 8), causal=True)
+    assert "all n positions" not in str(err.value)
 
 
 def test_error_too_long():
