@@ -167,7 +167,8 @@ def decayed_linear_attention(q, k, v, gamma):
     """Task 5.7 (use the idea on a new case): causal linear attention whose past fades by γ per step, one
     decay per head (RetNet's retention; flash-linear-attention's `fla.ops.retention`).
 
-    Extends notebook 05, section 2 ("Causal", the RNN form), to a state that decays; notebook 09 builds it later (section 1), so try it before you read that.
+    Extends notebook 05, section 2 ("Causal", the RNN form), to a state that decays; notebook 09 builds it later
+    (section 1), so try it before you read that.
     q, k: (B, H, N, D), v: (B, H, N, Dv), gamma: (H,) float tensor of decays in [0, 1]  ->  (B, H, N, Dv)
     out_i = D^(-1/2) Σ_{j <= i} γ_h^(i − j) (q_i·k_j) v_j  (no feature map, no normaliser; γ^0 = 1).
     Use a state of constant size per head (D × Dv), not an (N × N) matrix: the checks record every matrix
