@@ -162,14 +162,16 @@ def projection_loss(q, k, v, E, F, rows=None):
     return ((approx - exact) ** 2).sum() / (exact ** 2).sum()
 
 
-def fit_projection(q, k, v, *, proj_len, rows=None, steps=300, lr=3e-3, batch_size=8, tied=False, generator=None):
+def fit_projection(q, k, v, *, proj_len, rows=None, steps=300, lr=3e-3, batch_size=8, tied=False, generator=None,
+                   return_losses=False):
     """Linformer's E, F (each (proj_len, N), float64) fitted to one head: Adam on projection_loss.
 
     q, k, v: one head's (B, N, D) on B training inputs (with the copy's sources at fixed positions one E can serve
     every input). Starts from random_projection(proj_len, N, generator), the random E = F that attention_maps
     draws with the same generator seed, then takes `steps` Adam steps (learning rate `lr`), each on `batch_size`
     inputs drawn with `generator` (a fresh minibatch each step: a fixed small set is memorised, not generalised).
-    tied=True fits one matrix used for keys and values (E = F, the paper's "kv" sharing). Returns (E, F).
+    tied=True fits one matrix used for keys and values (E = F, the paper's "kv" sharing). Returns (E, F), and
+    with return_losses=True also the list of each step's minibatch loss (to see whether the fit has converged).
     """
     q, k, v = (t.detach().to(torch.float64) for t in _as_batch(q, k, v))
     n = k.shape[1]
@@ -185,12 +187,16 @@ def fit_projection(q, k, v, *, proj_len, rows=None, steps=300, lr=3e-3, batch_si
     E = E0.clone().requires_grad_(True)
     F = E if tied else E0.clone().requires_grad_(True)
     optimiser = torch.optim.Adam([E] if tied else [E, F], lr=lr)
+    losses = []
     for _ in range(steps):
         batch = torch.randint(0, q.shape[0], (min(batch_size, q.shape[0]),), generator=generator)
         optimiser.zero_grad()
-        projection_loss(q[batch], k[batch], v[batch], E, F, rows).backward()
+        loss = projection_loss(q[batch], k[batch], v[batch], E, F, rows)
+        loss.backward()
         optimiser.step()
-    return E.detach().clone(), F.detach().clone()
+        losses.append(float(loss.detach()))
+    fitted = E.detach().clone(), F.detach().clone()
+    return (*fitted, losses) if return_losses else fitted
 
 class AttentionExplorer:
     """The four maps of one head side by side, on one colour scale, with their errors against exact attention.

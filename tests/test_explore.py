@@ -141,6 +141,9 @@ def test_fitted_projection_lowers_the_training_loss_from_its_random_start(tied):
     assert torch.equal(E, F) == tied
     again = fit_projection(q, k, v, proj_len=8, rows=rows, steps=150, lr=0.01, tied=tied, generator=gen(3))
     assert torch.equal(again[0], E) and torch.equal(again[1], F)     # one generator: the fit repeats exactly
+    *same, losses = fit_projection(q, k, v, proj_len=8, rows=rows, steps=150, lr=0.01, tied=tied, generator=gen(3),
+                                   return_losses=True)
+    assert torch.equal(same[0], E) and len(losses) == 150 and sum(losses[-20:]) < 0.5 * sum(losses[:20])   # the curve
     by_hand = torch.softmax(q[0, rows] @ (E @ k[0]).T / math.sqrt(8), -1) @ (F @ v[0])
     exact = torch.softmax(q[0, rows] @ k[0].T / math.sqrt(8), -1) @ v[0]
     loss0 = float(((by_hand - exact) ** 2).sum() / (exact ** 2).sum())
