@@ -117,3 +117,17 @@ def impl(request):
                     f"set: the course's exercises/ must be the stubs)")
     folder = request.getfixturevalue("pristine_stubs")
     return lambda name: load_stub(folder, name)
+
+
+def pytest_terminal_summary(terminalreporter):
+    """The learner's budget, every notebook's main line (tests/test_notebook_text.py asserts it): printed at the
+    end of any run that collected those tests."""
+    if not any("test_main_line_within_the_learners_budget" in r.nodeid
+               for reports in terminalreporter.stats.values() for r in reports if hasattr(r, "nodeid")):
+        return
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("_budget", ROOT / "tests" / "test_notebook_text.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    terminalreporter.section("the learner's budget: main line of each notebook (3,000 words, 400 code lines)")
+    terminalreporter.write_line(module.budget_table())

@@ -351,3 +351,171 @@ def test_the_rules_see_every_task_function():
                                                                    task_functions(path.name)).values()
              for t in hint_tiers(doc).get(3, [])]
     assert len(hints) == len(seen)  # rule a reads one tier 3 per task function
+
+
+# --- f. no task is solved in a notebook, even renamed ---------------------------------------------------------
+# Every non-trivial statement (one with a call or arithmetic) of a task's solution functions and of every notebook
+# code cell is put in a canonical form: the AST with every local name (a parameter, an assigned variable, a
+# function the same source defines) replaced by one placeholder; attributes, constants, operators, keyword names
+# and imported or builtin names kept. A task whose statements appear, half or more of them, among the notebooks'
+# is solved on the page: copying the cell (under any names) would pass the grader.
+PLACEHOLDER = "_"
+# Chapters whose rewrite has not landed yet: their notebooks and tasks follow the same rule in their own rewrite
+# (chapters 4-6: Performer, the libraries, memory and time; 7-8: the tiny LM, where low rank fails; 9: decay, gates
+# and the delta rule). Their tasks run and are reported as expected failures, not skipped.
+PENDING_CHAPTERS = {4: "chapters 04-06 rewrite", 5: "chapters 04-06 rewrite", 6: "chapters 04-06 rewrite",
+                    7: "chapters 07-08 rewrite", 8: "chapters 07-08 rewrite", 9: "chapter 09 rewrite"}
+SIMPLE = (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Return, ast.Expr)
+
+
+def _bound_by_import(tree):
+    import builtins
+    names = set(dir(builtins))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names |= {(a.asname or a.name).split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            names |= {a.asname or a.name for a in node.names}
+    return names
+
+
+class _Canonical(ast.NodeTransformer):
+    def __init__(self, keep):
+        self.keep = keep
+
+    def visit_Name(self, node):
+        return ast.copy_location(ast.Name(id=node.id if node.id in self.keep else PLACEHOLDER, ctx=node.ctx), node)
+
+    def visit_arg(self, node):
+        return ast.copy_location(ast.arg(arg=PLACEHOLDER, annotation=None), node)
+
+    def visit_Constant(self, node):  # a number may stand for a parameter (`dim=-1` for `dim=dim`): one placeholder
+        if isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
+            return ast.copy_location(ast.Name(id=PLACEHOLDER, ctx=ast.Load()), node)
+        return node
+
+    def visit_UnaryOp(self, node):
+        self.generic_visit(node)
+        if isinstance(node.op, ast.USub) and isinstance(node.operand, ast.Name) and node.operand.id == PLACEHOLDER:
+            return node.operand  # -1 and dim alike
+        return node
+
+
+def _non_trivial(stmt):
+    """Arithmetic, or a call of something other than a renamed local (`y = f(x)` says nothing on its own)."""
+    return any(isinstance(n, (ast.BinOp, ast.AugAssign))
+               or isinstance(n, ast.UnaryOp) and not isinstance(n.operand, (ast.Constant, ast.Name))
+               or isinstance(n, ast.Call) and not (isinstance(n.func, ast.Name) and n.func.id == PLACEHOLDER)
+               for n in ast.walk(stmt))
+
+
+def canonical_statements(tree, keep, within=None, trivial=False):
+    """[canonical text] of the simple non-trivial statements of `tree` (or of the function nodes `within`),
+    at any depth (`trivial=True`: every simple statement); docstrings and bare constants left out."""
+    roots = within if within is not None else [tree]
+    out = []
+    for root in roots:
+        for stmt in ast.walk(root):
+            if not isinstance(stmt, SIMPLE) or stmt is root:
+                continue
+            if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant):
+                continue
+            canonical = _Canonical(keep).visit(ast.parse(ast.unparse(stmt)))
+            if trivial or _non_trivial(canonical):
+                out.append(ast.unparse(canonical))
+    return out
+
+
+def python_cells(path):
+    """Each code cell of a notebook as Python (IPython's % and ! lines blanked); cells that do not parse left out."""
+    out = []
+    for cell in json.loads(path.read_text(encoding="utf-8"))["cells"]:
+        if cell["cell_type"] != "code":
+            continue
+        src = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+        src = "\n".join("" if line.lstrip().startswith(("%", "!")) else line for line in src.splitlines())
+        try:
+            out.append(ast.parse(src))
+        except SyntaxError:
+            continue
+    return out
+
+
+def notebook_statements(paths):
+    """{canonical statement: notebook names holding it} over every code cell of `paths`."""
+    found = {}
+    for path in paths:
+        trees = python_cells(path)
+        keep = set().union(*(_bound_by_import(t) for t in trees)) if trees else set()
+        keep -= {n.name for t in trees for n in ast.walk(t) if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+        for tree in trees:
+            for text in canonical_statements(tree, keep, trivial=True):
+                found.setdefault(text, set()).add(path.name)
+    return found
+
+
+def solved_on_the_page(solution_source, functions, found):
+    """(matched, total, [matched statements]) for the solution's `functions` against the notebooks' statements."""
+    tree = ast.parse(solution_source)
+    keep = _bound_by_import(tree) - {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+    nodes = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name in functions]
+    statements = canonical_statements(tree, keep, within=nodes) or canonical_statements(tree, keep, nodes, True)
+    matched = [s for s in statements if s in found]
+    return len(matched), len(statements), matched
+
+
+def _task_params():
+    out = []
+    for task in sorted(TASKS.values(), key=lambda t: task_key(t.id)):
+        marks = []
+        if task.chapter in PENDING_CHAPTERS:
+            marks.append(pytest.mark.xfail(reason=f"pending: the {PENDING_CHAPTERS[task.chapter]} applies this rule",
+                                           strict=False))
+        out.append(pytest.param(task, id=task.id, marks=marks))
+    return out
+
+
+import pytest  # noqa: E402  (the rules above are plain functions; only this section is parametrised)
+
+
+@pytest.fixture(scope="module")
+def notebooks_statements():
+    return notebook_statements(sorted((ROOT / "notebooks").glob("*.ipynb")))
+
+
+@pytest.mark.parametrize("task", _task_params())
+def test_no_task_is_solved_in_a_notebook(task, notebooks_statements):
+    solution = (ROOT / "solutions" / CHAPTERS[task.chapter].file).read_text(encoding="utf-8")
+    matched, total, lines = solved_on_the_page(solution, task.functions, notebooks_statements)
+    assert total, f"Task {task.id}: its solution ({', '.join(task.functions)}) has no non-trivial statement"
+    where = sorted({nb for s in lines for nb in notebooks_statements[s]})
+    assert 2 * matched < total, (
+        f"Task {task.id} ({', '.join(task.functions)}): {matched} of its {total} statements stand in notebook code "
+        f"({', '.join(where)}), names aside; rewrite the task or the cells:\n  " + "\n  ".join(lines))
+
+
+def test_the_page_rule_can_fail(tmp_path):
+    solution = ("import torch\n"
+                "def softmax_rows(scores, dim=-1):\n"
+                "    shifted = scores - scores.amax(dim=dim, keepdim=True)\n"
+                "    e = torch.exp(shifted)\n"
+                "    return e / e.sum(dim=dim, keepdim=True)\n")
+    renamed = ("import torch\n"
+               "s = torch.randn(3, 4)\n"
+               "def my_rows(x, dim=-1):\n"
+               "    z = x - x.amax(dim=dim, keepdim=True)\n"
+               "    w = torch.exp(z)\n"
+               "    return w / w.sum(dim=dim, keepdim=True)\n")
+    path = tmp_path / "planted.ipynb"
+    path.write_text(json.dumps({"cells": [{"cell_type": "code", "source": renamed.splitlines(True)}]}),
+                    encoding="utf-8")
+    assert solved_on_the_page(solution, ["softmax_rows"], notebook_statements([path]))[:2] == (3, 3)
+    other = renamed.replace("torch.exp(z)", "torch.exp2(z)").replace("w / w.sum", "w * w.sum")
+    path.write_text(json.dumps({"cells": [{"cell_type": "code", "source": other.splitlines(True)}]}),
+                    encoding="utf-8")
+    assert solved_on_the_page(solution, ["softmax_rows"], notebook_statements([path]))[:2] == (1, 3)
+    # a call of a package function by the same name on the page is not a renamed local: kept as written
+    assert canonical_statements(ast.parse("y = softmax_attention(q, k, v, causal=True)"), {"softmax_attention"}) == \
+        ["_ = softmax_attention(_, _, _, causal=True)"]
+    assert canonical_statements(ast.parse("y = f(x)\nz = x.sum(-1)\nw = x.sum(dim)"), set()) == \
+        ["_ = _.sum(_)", "_ = _.sum(_)"]  # a call of a renamed local alone is not counted; -1 and dim alike

@@ -2,6 +2,7 @@
 where "\\times" was meant), no project-internal words, every heatmap with an explicit colour range, every code
 cell executed in order with no stored error, no machine paths in outputs."""
 import json
+import math
 import re
 from pathlib import Path
 
@@ -237,3 +238,101 @@ def test_no_number_without_a_source(path):
     found = unsourced_numbers(path)
     assert not found, (f"{path.name}: numbers in the text that no output, code or committed file of this notebook "
                        f"holds (compute and print them, or cite the paper in PAPER_FIGURES): {found}")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The learner's budget. A notebook's main line is every cell before its first `## Try it yourself`, `## Answers` or
+# `## Appendix` heading: the chapter's sections plus Check yourself, Exercises and Summary. It holds at most
+# 3,000 words of Markdown prose (display math, code and HTML tags not counted) and 400 non-blank lines of code, and
+# its opening cell states "about N minutes", N no less than prose / 200 words a minute + code / 8 lines a minute.
+# The Annotated Transformer tells the whole Transformer in about 3,000 words.
+BUDGET_WORDS, BUDGET_CODE_LINES = 3000, 400
+WORDS_PER_MINUTE, CODE_LINES_PER_MINUTE = 200, 8
+# Chapters whose rewrite into the budget has not landed yet: measured and reported (expected to fail), not skipped.
+BUDGET_PENDING = {"04": "chapters 04-06 rewrite (Performer, the libraries, memory and time)",
+                  "05": "chapters 04-06 rewrite (Performer, the libraries, memory and time)",
+                  "06": "chapters 04-06 rewrite (Performer, the libraries, memory and time)",
+                  "07": "chapters 07-08 rewrite (the tiny LM, where low rank fails)",
+                  "08": "chapters 07-08 rewrite (the tiny LM, where low rank fails)",
+                  "09": "chapter 09 rewrite (decay, gates and the delta rule)"}
+MAIN_LINE_END = re.compile(r"^##\s+(?:Try it yourself|Answers|Appendix)", re.I | re.M)
+STATED_MINUTES = re.compile(r"\babout\s+(\d+)\s+minutes\b", re.I)
+
+
+def prose_words(markdown):
+    """Words of Markdown prose: display math, fenced and inline code and HTML tags removed; a word has a letter or
+    a digit."""
+    for pattern in (r"\$\$.*?\$\$", r"```.*?```", r"`[^`]*`", r"<[^>]+>"):
+        markdown = re.sub(pattern, " ", markdown, flags=re.S)
+    return sum(1 for w in markdown.split() if re.search(r"[A-Za-z0-9]", w))
+
+
+def main_line(nb_cells):
+    """(prose words, non-blank code lines) of the cells before the first Try it yourself / Answers / Appendix."""
+    words = lines = 0
+    for c in nb_cells:
+        src = source(c)
+        if c["cell_type"] == "markdown":
+            if MAIN_LINE_END.search(CODE_FENCE.sub("", src)):
+                break
+            words += prose_words(src)
+        elif c["cell_type"] == "code":
+            lines += sum(1 for line in src.splitlines() if line.strip())
+    return words, lines
+
+
+def budget_problems(nb_cells):
+    words, lines = main_line(nb_cells)
+    problems = []
+    if words > BUDGET_WORDS:
+        problems.append(f"{words} words of prose (at most {BUDGET_WORDS:,})")
+    if lines > BUDGET_CODE_LINES:
+        problems.append(f"{lines} lines of code (at most {BUDGET_CODE_LINES})")
+    opening = source(nb_cells[0]) if nb_cells and nb_cells[0]["cell_type"] == "markdown" else ""
+    stated = STATED_MINUTES.search(opening)
+    floor = math.floor(words / WORDS_PER_MINUTE + lines / CODE_LINES_PER_MINUTE)
+    if not stated:
+        problems.append("the opening cell states no 'about N minutes'")
+    elif int(stated[1]) < floor:
+        problems.append(f"the opening cell states about {stated[1]} minutes; reading and running the main line "
+                        f"alone takes {floor} ({words} words / {WORDS_PER_MINUTE} + {lines} lines / "
+                        f"{CODE_LINES_PER_MINUTE})")
+    return problems
+
+
+def budget_table():
+    rows = ["notebook                             words  code lines  stated", "-" * 62]
+    for path in NOTEBOOKS:
+        nb = cells(path)
+        words, lines = main_line(nb)
+        stated = STATED_MINUTES.search(source(nb[0])) if nb and nb[0]["cell_type"] == "markdown" else None
+        flag = "" if not budget_problems(nb) else ("  pending" if path.name[:2] in BUDGET_PENDING else "  OVER")
+        rows.append(f"{path.stem:35s} {words:6,d} {lines:11d}  {(stated[1] + ' min') if stated else '-':>6s}{flag}")
+    return "\n".join(rows)
+
+
+def _budget_params():
+    return [pytest.param(p, id=p.stem, marks=[pytest.mark.xfail(reason=f"pending: {BUDGET_PENDING[p.name[:2]]}",
+                                                                strict=True)] if p.name[:2] in BUDGET_PENDING else [])
+            for p in NOTEBOOKS]
+
+
+@pytest.mark.parametrize("path", _budget_params())
+def test_main_line_within_the_learners_budget(path):
+    problems = budget_problems(cells(path))
+    assert not problems, f"{path.name}: main line over budget: {'; '.join(problems)}\n{budget_table()}"
+
+
+def test_budget_table_prints_and_the_rule_can_fail(capsys):
+    print(budget_table())
+    assert len(budget_table().splitlines()) == len(NOTEBOOKS) + 2
+    md = lambda text: {"cell_type": "markdown", "source": [text]}
+    code = lambda n: {"cell_type": "code", "source": ["x = 1\n\n"] * n}
+    ok = [md("# T\n\nAbout 3 minutes."), md("word " * 400 + "$$a b c$$ `x y` <b>"), code(8),
+          md("## Appendix: why?\n" + "word " * 5000), code(900)]
+    assert main_line(ok) == (404, 8) and budget_problems(ok) == []
+    assert budget_problems([md("# T\n\nabout 1 minutes")] + ok[1:]) == [
+        "the opening cell states about 1 minutes; reading and running the main line alone takes 3 "
+        "(404 words / 200 + 8 lines / 8)"]
+    long = [md("# T about 99 minutes"), md("word " * 3001), code(401)]
+    assert budget_problems(long) == ["3005 words of prose (at most 3,000)", "401 lines of code (at most 400)"]
