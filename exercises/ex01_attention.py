@@ -4,8 +4,10 @@ Implement each function, then grade yourself:  python -m minilin grade --chapter
 Shapes follow the course convention: q (B, H, N, D), k (B, H, M, D), v (B, H, M, Dv);
 mask (B, M) bool with True = real token (a key padding mask). Do not call minilin.attention here.
 
-Tasks 1.1-1.5 revisit what notebook 01 builds; Tasks 1.6 and 1.7 are extend tasks: they use the chapter's idea on
-a case the notebook does not solve (decoding with a key/value cache, a sliding-window mask).
+Every task uses the chapter's ideas on a case notebook 01 does not build: grouped-query scores (1.1), a softmax
+with an extra zero logit (1.2), a prefix-LM mask (1.3), the attention that combines them (1.4), and the share of
+saturated softmax rows at any scale (1.5, the chapter's main finding measured on your own cases). Tasks 1.6 and 1.7
+are extend tasks: decoding with a key/value cache, and a sliding-window mask.
 
 Each task has three hints, from a nudge to the formula. Read one, try, and read the next only if you are stuck.
 """
@@ -13,86 +15,96 @@ import torch
 
 
 def scaled_scores(q, k):
-    """Task 1.1: the raw attention scores q kᵀ / √D.
+    """Task 1.1: scaled scores for grouped-query attention, where G key heads serve H query heads.
 
-    q: (B, H, N, D), k: (B, H, M, D)  ->  (B, H, N, M). Revisits notebook 01, section 2, steps 1 and 2.
-    Checked with head dimensions 4, 9 and 16 and N != M.
+    q: (B, H, N, D), k: (B, G, M, D) with H a multiple of G  ->  (B, H, N, M), each entry q_i · k_j / √D.
+    Query heads come in G consecutive groups of H/G: query head h uses key head h // (H/G) (the layout of Llama's
+    repeat_kv and of PyTorch's scaled_dot_product_attention(..., enable_gqa=True)). With G == H it is notebook 01's
+    step 2; with G == 1 every query head shares one key head (multi-query attention). Checked with (H, G) = (4, 2),
+    (6, 3), (4, 4) and (6, 1), head dimensions 4 to 16, and N != M.
 
-    Hint 1 (nudge): entry (b, h, i, j) is one dot product, divided by a number that depends only on D.
-    Hint 2 (plan): the D axis must be summed away and the M axis must end up last; either move k's last two
-        axes so a batched matrix product lines up, or name every axis in an einsum string.
-    Hint 3 (formula): scores[b, h, i, j] = Σ_d q[b, h, i, d] · k[b, h, j, d] / √D, with D the size of the last axis.
+    Hint 1 (nudge): first make a key tensor with one key head per query head; then it is the notebook's scores.
+    Hint 2 (plan): the group size is H divided by G; repeat each key head that many times, next to itself, along
+        the head axis (not the whole block of G heads over again); then the scaled dot products over D.
+    Hint 3 (formula): scores[b, h, i, j] = Σ_d q[b, h, i, d] · k[b, h // (H/G), j, d] / √D.
     """
     raise NotImplementedError("Task 1.1")
 
 
 def stable_softmax(scores, dim=-1):
-    """Task 1.2: softmax along `dim` that cannot overflow, and maps an all -inf row to all zeros.
+    """Task 1.2: a softmax with an extra zero logit, exp(s_j) / (1 + Σ_j' exp(s_j')), that cannot overflow.
 
-    scores: any shape, may contain -inf (masked entries)  ->  same shape, each row sums to 1 (or is 0)
-    Revisits notebook 01, section 2, steps 3 and 5. Checked on scores up to ±2224 and on a (B, H, N, M) batch, along
-    the last axis and along another one.
+    scores: any shape, may contain -inf (masked entries)  ->  same shape. Each row sums to less than 1: the missing
+    mass goes to an invisible extra key with score 0, so a row can attend to "nothing" (this is the "softmax₁" of
+    Evan Miller's "Attention Is Off By One", 2023). Checked on scores up to ±3000, on rows far below 0, on an
+    all -inf row (whose weights must be 0, not NaN), and on a (B, H, N, M) batch along the last and a middle axis.
 
-    Hint 1 (nudge): softmax does not change when you subtract the same number from every entry of a row. Which
-        number keeps every exponent <= 0? And what goes wrong with that number when the whole row is -inf?
-    Hint 2 (plan): one reduction along `dim` with keepdim=True gives a per-row constant; patch it where it is not
-        finite; exponentiate; reduce again for the normaliser and patch the rows whose normaliser is 0.
-    Hint 3 (formula): c = max of the row (0 if that max is -inf); e = exp(scores - c);
-        result = e / s, where s = the row sum of e, replaced by 1 where it is 0.
+    Hint 1 (nudge): it is a softmax over the row with one more entry, 0. Which constant, subtracted from every
+        exponent (that extra 0 included), keeps them all <= 0?
+    Hint 2 (plan): one reduction along `dim` with keepdim=True gives the row's largest score; the constant is the
+        larger of that and 0; exponentiate the shifted scores; the denominator is the shifted extra entry plus the
+        row sum of the shifted exponentials. Check what happens for an all -inf row: no patch should be needed.
+    Hint 3 (formula): c = max(0, max_j s_j); weight_j = exp(s_j - c) / (exp(-c) + Σ_j' exp(s_j' - c)).
     """
     raise NotImplementedError("Task 1.2")
 
 
-def causal_mask(n, m):
-    """Task 1.3: the (N, M) bool causal mask, True where query i may see key j.
+def causal_mask(n, m, prefix=0):
+    """Task 1.3: the (N, M) bool mask of a prefix LM, True where query i may see key j.
 
-    The N queries are the *last* N of the M positions ("bottom-right" alignment, as when decoding with a cache
-    of M - N earlier keys); with N == M it is the usual lower triangle. Example, n=2, m=4:
-        [[True, True, True, False],
-         [True, True, True, True ]]
-    Revisits notebook 01, section 2, step 6. Checked with N == M, N < M and N > M (then some rows are all False).
+    The N queries are the *last* N of the M positions (bottom-right, as in notebook 01, step 6). A query may see
+    every key that is not in its future, and also every key of the first `prefix` positions, wherever the query
+    is: the prefix (a prompt, an image) is read both ways, the rest causally. prefix=0 is the plain causal mask.
+    Example, n = m = 3, prefix = 2:
+        [[True, True, False],
+         [True, True, False],
+         [True, True, True ]]
+    Checked with N == M, N < M, N > M (prefix 0: then some rows are all False), and prefixes from 1 to M.
 
-    Hint 1 (nudge): query i sits at position i + (M - N) in the full sequence. Which keys are not in its future?
-    Hint 2 (plan): build a column of query indices (N, 1) and a row of key indices (1, M) and compare them:
-        broadcasting turns one comparison into the whole (N, M) table.
-    Hint 3 (formula): mask[i, j] = (j <= i + (M - N)).
+    Hint 1 (nudge): two reasons to see a key: it is not in the query's future, or it lies in the prefix. Combine
+        them with a logical "or".
+    Hint 2 (plan): a column of query positions (N, 1), counted from M - N, and a row of key positions (1, M);
+        compare them for the causal part; compare the key positions with `prefix` for the other; broadcasting
+        gives the (N, M) table.
+    Hint 3 (formula): mask[i, j] = (j <= i + (M - N)) or (j < prefix).
     """
     raise NotImplementedError("Task 1.3")
 
 
 def attention(q, k, v, mask=None, causal=False):
-    """Task 1.4: exact attention softmax(q kᵀ / √D) v with a key padding mask and a causal flag.
+    """Task 1.4: grouped-query attention with the zero-logit softmax of Task 1.2, a padding mask and a causal flag.
 
-    q: (B, H, N, D), k: (B, H, M, D), v: (B, H, M, Dv), mask: (B, M) bool or None  ->  (B, H, N, Dv)
-    A query with no visible key (all padded, or all in its future) must output zeros, never NaN.
-    Revisits notebook 01, section 2 ("Putting the six steps together"). Checked with a mask (causal and not) and
-    with neither at N = M = 5, D = 4; then causal with a mask at N < M and at N > M with D = 9.
+    q: (B, H, N, D), k: (B, G, M, D), v: (B, G, M, Dv) with H a multiple of G, mask: (B, M) bool or None
+    ->  (B, H, N, Dv). Query head h uses key and value head h // (H/G) (Task 1.1); the weights are Task 1.2's
+    softmax over the visible keys; causal=True is Task 1.3's mask with no prefix. A query with no visible key
+    outputs zeros. Checked with (H, G) = (4, 2), (6, 3) and (3, 1), masks, causal and not, N = M, N < M and N > M.
 
-    Hint 1 (nudge): you already have the pieces: Tasks 1.1, 1.2 and 1.3. A hidden key is one whose score can
-        never win, whatever it was.
-    Hint 2 (plan): scores (B, H, N, M); a visibility table that broadcasts against them: the causal mask as
-        (1, 1, N, M), the padding mask as (B, 1, 1, M), combined with `&`; hidden scores set to -inf; your
-        stable softmax over the key axis; then a weighted sum over the key axis with v.
-    Hint 3 (formula): visible[b, i, j] = (key j is real in sequence b) and (not causal, or j <= i + (M - N));
-        P[b, h, i, ·] = your stable softmax over j of (scores[b, h, i, j] where visible, -∞ elsewhere);
-        out[b, h, i] = Σ_j P[b, h, i, j] v[b, h, j].
+    Hint 1 (nudge): you already have the pieces: Tasks 1.1, 1.2 and 1.3. A hidden key is one whose score is -inf.
+    Hint 2 (plan): grouped scores (B, H, N, M); a visibility table: the causal mask (N, M) if asked, combined with
+        `&` with the padding mask as (B, 1, 1, M); hidden scores set to -inf; Task 1.2's softmax over the key axis;
+        then a weighted sum with the values, repeated per group as the keys were.
+    Hint 3 (formula): out[b, h, i] = Σ_j w[b, h, i, j] · v[b, h // (H/G), j], where w is Task 1.2's softmax over j
+        of the grouped scores, with -∞ wherever key j is padding or (causal) in query i's future.
     """
     raise NotImplementedError("Task 1.4")
 
 
-def score_matrix_bytes(batch, heads, n, dtype):
-    """Task 1.5: bytes needed to store the (batch, heads, n, n) score matrix in `dtype`.
+def saturated_rows(q, k, scale=None, threshold=0.99):
+    """Task 1.5: per batch and head, the share of query rows whose softmax is saturated.
 
-    dtype: a torch dtype, e.g. torch.float16. Return a Python int.
-    Revisits notebook 01, section 5. Checked with float16, bfloat16, float32, float64 and floating dtypes
-    beyond those four, and several sizes.
+    q: (B, H, N, D), k: (B, H, M, D); scale: the factor on q · k (None: 1/√D); threshold: a float in (0, 1)
+    ->  (B, H) float64 tensor: the share of the N rows of softmax(scale · q kᵀ) whose largest weight is >= threshold.
+    Notebook 01 found that without the 1/√D scale a growing share of rows saturates as D grows, and that their
+    gradient dies. Measure it on cases the notebook did not use. Before you run it, predict, then check:
+    (a) unit-variance q and k, D = 48, M = 64 keys, scale 1: what share of rows reaches 0.99?
+    (b) the same with μP's scale 1/D (Yang et al. 2022, arXiv 2203.03466): more or fewer than with 1/√D, and why?
+    Checked on random q, k with head sizes 8 to 96, scales 1/√D, 1, 0.7 and 1/D, thresholds 0.1 to 0.99.
 
-    Hint 1 (nudge): number of entries times the size of one entry.
-    Hint 2 (plan): the size of one entry comes from the dtype itself; do not hard-code a table of dtypes.
-        torch.finfo describes a floating dtype (its bits among the rest), and any tensor of that dtype knows the
-        size of its elements; the count of entries comes from the four arguments alone.
-    Hint 3 (formula): bytes = batch · heads · n² · (bytes of one element), where one element takes the dtype's
-        number of bits divided by 8 bytes.
+    Hint 1 (nudge): a row is saturated when one key takes almost all of its weight; look at each row's largest
+        weight.
+    Hint 2 (plan): the scaled scores, a softmax over the key axis, the largest weight of each row, compared with
+        the threshold; then the share of True over the query axis, as float64.
+    Hint 3 (formula): result[b, h] = (1/N) · #{i : max_j softmax_j(scale · q_i · k_j) >= threshold}.
     """
     raise NotImplementedError("Task 1.5")
 
@@ -104,7 +116,8 @@ def decode_step(k_cache, v_cache, q_new, k_new, v_new):
     q_new, k_new: (B, H, T, D), v_new: (B, H, T, Dv) for T >= 1 new tokens, which come right after them.
     Returns (out, k_cache, v_cache): out (B, H, T, Dv), and the two caches grown to t + T positions.
     Fed one token at a time from an empty cache, the outputs must equal the rows of the causal forward over the whole
-    sequence; a chunk of T new tokens must give the same rows too.
+    sequence; a chunk of T new tokens must give the same rows too. Use the ordinary softmax (rows sum to 1), not
+    Task 1.2's.
 
     Extends notebook 01, section 2, step 6: the markdown there says that N < M is "decoding with a cache of M - N
     earlier keys"; here you write that decoder. Checked at every position of two sequences (N = 6 with D = 4, Dv = 3,
@@ -128,7 +141,8 @@ def local_attention(q, k, v, window, mask=None):
     q: (B, H, N, D), k: (B, H, M, D), v: (B, H, M, Dv), window: int >= 1, mask: (B, M) bool or None
     ->  (B, H, N, Dv). Query i sits at position i + (M - N), as in Task 1.3, and may see key j when j is not in its
     future and is one of its `window` most recent positions (its own included), and, with a mask, j is a real token.
-    A query with no visible key outputs zeros. A window < 1 raises ValueError.
+    A query with no visible key outputs zeros. A window < 1 raises ValueError. The weights are the ordinary softmax
+    (rows sum to 1) over the visible keys, not Task 1.2's.
 
     Extends notebook 01, section 2 (the padding mask and the causal flag) to local attention, the "sliding
     window" that notebook 02, section 2(b) measures. Checked against plain loops (windows 1 and 3, D = 4 and 9,
@@ -139,7 +153,7 @@ def local_attention(q, k, v, window, mask=None):
         in the past.
     Hint 2 (plan): a table (N, M) of "query position minus key position" from a column of query positions and a
         row of key positions; keep the entries in 0..window-1; combine with the padding mask as in Task 1.4; then
-        the masked, stable softmax and the weighted sum.
+        a masked softmax whose all-hidden rows give zeros, and the weighted sum.
     Hint 3 (formula): lag[i, j] = i + (M - N) - j; visible[b, i, j] = (0 <= lag[i, j] < window) and (key j is real);
         out[b, h, i] = Σ_j softmax over visible j of (q_i · k_j / √D) · v_j, zeros where no j is visible.
     """

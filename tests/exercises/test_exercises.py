@@ -33,16 +33,22 @@ def test_task(impl, task):
 
 MUTANTS = {
     # task: (function name, a wrong version that a check with one head dimension or N == M would let through)
-    "1.1": ("scaled_scores", "def scaled_scores(q, k):\n    return q @ k.transpose(-2, -1) / 2.0\n"),
+    "1.1": ("scaled_scores", "def scaled_scores(q, k):\n"
+                             "    keys = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)\n"
+                             "    return q @ keys.transpose(-2, -1) / 2.0\n"),
     "1.4": ("attention", "import torch\n"
                          "def attention(q, k, v, mask=None, causal=False):\n"
+                         "    g = q.shape[1] // k.shape[1]\n"
+                         "    k, v = k.repeat_interleave(g, 1), v.repeat_interleave(g, 1)\n"
                          "    s = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5\n"
                          "    if mask is not None:\n"
                          "        s = s.masked_fill(~mask[:, None, None, :], float('-inf'))\n"
                          "    if causal:  # top-left aligned: right only when N == M\n"
                          "        n, m = s.shape[-2:]\n"
                          "        s = s.masked_fill(~torch.ones(n, m, dtype=torch.bool).tril(), float('-inf'))\n"
-                         "    return torch.softmax(s, -1).nan_to_num(0.0) @ v\n"),
+                         "    top = s.amax(-1, keepdim=True).clamp(min=0)\n"
+                         "    e = torch.exp(s - top)\n"
+                         "    return e / (torch.exp(-top) + e.sum(-1, keepdim=True)) @ v\n"),
 }
 
 

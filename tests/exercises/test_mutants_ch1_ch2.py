@@ -1,4 +1,4 @@
-"""Planted wrong answers for the extend tasks of chapters 1 and 2 (1.6, 1.7, 2.6, 2.7): each must fail its checks.
+"""Planted wrong answers for the tasks of chapter 1 and of chapter 2 (2.1-2.6): each must fail.
 
 Each mutant is a plausible mistake that a weaker check (one length, N == M, one window, a square matrix) would let
 through. Same pattern as MUTANTS in test_exercises.py: the code is written to a file, imported, and graded in process.
@@ -17,11 +17,56 @@ ATTEND = ("import math\nimport torch\n"
           "    return torch.ones(n, m, dtype=torch.bool).tril(m - n)\n")
 
 MUTANTS = {
-    # 1.5: the table of the usual four dtypes the hint warns against
-    "1.5 table": ("1.5", "import torch\n"
-                  "SIZE = {torch.float16: 2, torch.bfloat16: 2, torch.float32: 4, torch.float64: 8}\n"
-                  "def score_matrix_bytes(batch, heads, n, dtype):\n"
-                  "    return batch * heads * n * n * SIZE.get(dtype, 4)\n"),
+    # 1.1: the key heads tiled (0, 1, 0, 1) instead of repeated in place (0, 0, 1, 1): right only when G == H or G == 1
+    "1.1 tiled key heads": ("1.1", "import math\nimport torch\n"
+        "def scaled_scores(q, k):\n"
+        "    keys = k.repeat(1, q.shape[1] // k.shape[1], 1, 1)\n"
+        "    return q @ keys.transpose(-2, -1) / math.sqrt(q.shape[-1])\n"),
+    # 1.2: the notebook's softmax, rows summing to 1: the extra zero logit forgotten
+    "1.2 ordinary softmax": ("1.2", "import torch\n"
+        "def stable_softmax(scores, dim=-1):\n"
+        "    return torch.softmax(scores, dim=dim).nan_to_num(0.0)\n"),
+    # 1.3: the prefix read causally too (plain causal mask)
+    "1.3 prefix ignored": ("1.3", "import torch\n"
+        "def causal_mask(n, m, prefix=0):\n"
+        "    return torch.ones(n, m, dtype=torch.bool).tril(m - n)\n"),
+    # 1.3: the prefix counted from the first query instead of the first key
+    "1.3 prefix top-left": ("1.3", "import torch\n"
+        "def causal_mask(n, m, prefix=0):\n"
+        "    j = torch.arange(m)[None, :]\n"
+        "    return (j <= torch.arange(n)[:, None] + m - n) | (j < prefix - (m - n))\n"),
+    # 1.4: the ordinary softmax inside grouped attention
+    "1.4 ordinary softmax": ("1.4", "import math\nimport torch\n"
+        "def attention(q, k, v, mask=None, causal=False):\n"
+        "    g = q.shape[1] // k.shape[1]\n"
+        "    k, v = k.repeat_interleave(g, 1), v.repeat_interleave(g, 1)\n"
+        "    n, m = q.shape[2], k.shape[2]\n"
+        "    vis = torch.ones(n, m, dtype=torch.bool).tril(m - n) if causal else torch.ones(n, m, dtype=torch.bool)\n"
+        "    if mask is not None:\n        vis = vis & mask[:, None, None, :]\n"
+        "    s = (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).masked_fill(~vis, float('-inf'))\n"
+        "    return torch.softmax(s, -1).nan_to_num(0.0) @ v\n"),
+    # 1.5: the 1/√D scale always, whatever `scale` says
+    "1.5 scale ignored": ("1.5", "import math\nimport torch\n"
+        "def saturated_rows(q, k, scale=None, threshold=0.99):\n"
+        "    p = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), -1)\n"
+        "    return (p.amax(-1) >= threshold).double().mean(-1)\n"),
+    # 1.5: the share over every weight instead of each row's largest one
+    "1.5 every weight": ("1.5", "import math\nimport torch\n"
+        "def saturated_rows(q, k, scale=None, threshold=0.99):\n"
+        "    c = 1 / math.sqrt(q.shape[-1]) if scale is None else scale\n"
+        "    p = torch.softmax(c * q @ k.transpose(-2, -1), -1)\n"
+        "    return (p >= threshold).double().mean((-2, -1))\n"),
+    # 1.5: one number for the whole batch
+    "1.5 one share": ("1.5", "import math\nimport torch\n"
+        "def saturated_rows(q, k, scale=None, threshold=0.99):\n"
+        "    c = 1 / math.sqrt(q.shape[-1]) if scale is None else scale\n"
+        "    p = torch.softmax(c * q @ k.transpose(-2, -1), -1)\n"
+        "    return (p.amax(-1) >= threshold).double().mean()\n"),
+    # 1.7: all NaN (a check written as `if diff > tol` once let it through its perturbation check)
+    "window all NaN": ("1.7", "import torch\n"
+        "def local_attention(q, k, v, window, mask=None):\n"
+        "    if window < 1:\n        raise ValueError('window')\n"
+        "    return torch.full(q.shape[:-1] + v.shape[-1:], float('nan'), dtype=q.dtype)\n"),
     # a chunk's queries see every new key, later ones included: right only for one new token at a time
     "decode reads a future key": ("1.6", ATTEND +
         "def decode_step(kc, vc, q, k, v):\n"
@@ -55,22 +100,48 @@ MUTANTS = {
         "    visible = ((lag >= 0) & (lag < window))[None, None]\n"
         "    if mask is not None:\n        visible = visible & mask[:, None, None, :]\n"
         "    return _attend(q, k, v, visible)\n"),
+    # 2.1: the error budget taken as an energy budget (max_error instead of max_error²)
+    "error budget not squared": ("2.1", "import torch\n"
+        "def rank_for_error(P, max_error):\n"
+        "    if not 0 <= max_error < 1:\n        raise ValueError('max_error')\n"
+        "    e = torch.linalg.svdvals(P.double()) ** 2\n"
+        "    e = e.cumsum(-1) / e.sum(-1, keepdim=True)\n"
+        "    return (e < 1 - max_error - 1e-12).sum(-1) + 1\n"),
+    # 2.2: the counts themselves, the energies, as singular values
+    "one-hot counts, not their roots": ("2.2", "import torch\n"
+        "def one_hot_spectrum(picks, n_keys):\n"
+        "    c = torch.nn.functional.one_hot(picks, n_keys).sum(-2).double().sort(-1, descending=True).values\n"
+        "    return c[..., :min(picks.shape[-1], n_keys)]\n"),
+    # 2.3: the +1 of the formula dropped (and the error not squared in a second one)
+    "JL length without the +1": ("2.3", "import torch\n"
+        "def jl_projected_length(P, v, max_error):\n"
+        "    sq = lambda x: x.square().sum((-2, -1))\n"
+        "    return torch.ceil(sq(P) * sq(v) / sq(P @ v) / max_error ** 2).long()\n"),
+    "JL length with the error not squared": ("2.3", "import torch\n"
+        "def jl_projected_length(P, v, max_error):\n"
+        "    sq = lambda x: x.square().sum((-2, -1))\n"
+        "    return torch.ceil((sq(P) * sq(v) / sq(P @ v) + 1) / max_error).long()\n"),
+    # 2.4: the main lobe's width, 2 n / w, as the rank; and a constant read from one small case
+    "window rank as the main lobe": ("2.4", "def predicted_window_rank(n, width):\n"
+        "    return round(2 * n / width)\n"),
+    "window rank of width 3's constant": ("2.4", "def predicted_window_rank(n, width):\n"
+        "    return round(1.35 * n / width)\n"),
     # the spectral error of rank r taken as s_r instead of s_{r+1}
-    "spectral error off by one": ("2.6", "import torch\n"
+    "spectral error off by one": ("2.5", "import torch\n"
         "def truncation_errors(P):\n"
         "    s = torch.linalg.svdvals(P)\n"
         "    tail = (s ** 2).flip(-1).cumsum(-1).flip(-1)\n"
         "    z = torch.zeros_like(s[..., :1])\n"
         "    return torch.cat([tail[..., 1:], z], -1).sqrt(), s\n"),
     # the notebook's yardstick: the relative, squared Frobenius error
-    "relative squared errors": ("2.6", "import torch\n"
+    "relative squared errors": ("2.5", "import torch\n"
         "def truncation_errors(P):\n"
         "    s = torch.linalg.svdvals(P)\n"
         "    e = (s ** 2).cumsum(-1) / (s ** 2).sum(-1, keepdim=True)\n"
         "    z = torch.zeros_like(s[..., :1])\n"
         "    return 1 - e, torch.cat([s[..., 1:], z], -1)\n"),
     # notebook 02's circulant window: the band wraps around the ends
-    "band wraps around": ("2.7", "import math\nimport torch\n"
+    "band wraps around": ("2.6", "import math\nimport torch\n"
         "def band_rank(q, k, width, threshold=0.9):\n"
         "    if width < 1:\n        raise ValueError('width')\n"
         "    n = q.shape[-2]\n"
@@ -80,7 +151,7 @@ MUTANTS = {
         "    e = e.cumsum(-1) / e.sum(-1, keepdim=True)\n"
         "    return (e < threshold - 1e-12).sum(-1) + 1\n"),
     # a two-sided band |i - j| < width: it reads the future
-    "band is not causal": ("2.7", "import math\nimport torch\n"
+    "band is not causal": ("2.6", "import math\nimport torch\n"
         "def band_rank(q, k, width, threshold=0.9):\n"
         "    if width < 1:\n        raise ValueError('width')\n"
         "    n = q.shape[-2]\n"
