@@ -79,12 +79,13 @@ def test_sandbox_is_available_where_ci_requires_it():
 
 
 # --- a class of synthetic submissions ------------------------------------------------------------------
-WRONG_1_5 = "def score_matrix_bytes(batch, heads, n, dtype):\n    return batch * heads * n * n\n"
+WRONG_1_5 = ("import torch\ndef saturated_rows(q, k, scale=None, threshold=0.99):\n"
+             "    return torch.zeros(q.shape[:2], dtype=torch.float64)\n")
 EXIT_AND_LOOP = """
 import sys
-def causal_mask(n, m):
+def causal_mask(n, m, prefix=0):
     sys.exit(1)
-def score_matrix_bytes(batch, heads, n, dtype):
+def saturated_rows(q, k, scale=None, threshold=0.99):
     while True:
         pass
 """
@@ -104,11 +105,11 @@ def scaled_scores(q, k):
     return torch.zeros(q.shape[:-1] + (k.shape[-2],), dtype=q.dtype)
 def stable_softmax(scores, dim=-1):
     return torch.zeros_like(scores)
-def causal_mask(n, m):
+def causal_mask(n, m, prefix=0):
     return torch.ones(n, m, dtype=torch.bool)
 def attention(q, k, v, mask=None, causal=False):
     return torch.zeros_like(q[..., :1]).expand(*q.shape[:-1], v.shape[-1])
-def score_matrix_bytes(batch, heads, n, dtype):
+def saturated_rows(q, k, scale=None, threshold=0.99):
     return 0
 '''
 VANDAL = """
@@ -132,7 +133,7 @@ def attention(q, k, v, mask=None, causal=False):
     return reference(q, k, v, mask=mask, causal=causal)
 """
 NO_CAUSAL = "if False:  # the learner forgot the causal flag\n"
-HUGE = "import torch\ndef score_matrix_bytes(batch, heads, n, dtype):\n    return torch.zeros(30_000_000)\n"
+HUGE = "import torch\ndef saturated_rows(q, k, scale=None, threshold=0.99):\n    return torch.zeros(30_000_000)\n"
 HIDDEN_CHECK = '''
 from pathlib import Path
 import torch
@@ -243,7 +244,7 @@ def test_every_student_gets_exactly_the_points_deserved(graded_class):
 @pytest.mark.needs_solutions
 def test_each_failure_says_what_went_wrong(graded_class):
     t = by_student(graded_class["rows"])
-    assert t["bob"]["1.5"]["status"] == "fail" and "off by" in t["bob"]["1.5"]["message"]
+    assert t["bob"]["1.5"]["status"] == "fail" and "entries differ" in t["bob"]["1.5"]["message"]
     assert t["carol"]["1.3"]["status"] == "error" and "SystemExit" in t["carol"]["1.3"]["message"]
     carol = t["carol"]["1.4"]  # attention(causal=True) calls the exiting causal_mask; without causal it works
     assert carol["status"] == "fail" and "SystemExit" in carol["message"]
@@ -420,9 +421,10 @@ def test_hidden_checks_are_added_to_a_task(tmp_path):
     (tmp_path / "extra.py").write_text(textwrap.dedent("""
         from minilin.grading.checks import equal, hidden_check
         @hidden_check("1.5")
-        def kilobyte(score_matrix_bytes):
+        def none_saturated(saturated_rows):
             import torch
-            yield equal(score_matrix_bytes(1, 1, 16, torch.float32), 999, what="a wrong expectation")
+            q = torch.ones(1, 1, 2, 4, dtype=torch.float64)
+            yield equal(saturated_rows(q, q), torch.ones(1, 1, dtype=torch.float64), what="a wrong expectation")
     """))
     extra = load_hidden(tmp_path)
     import solutions.ex01_attention as solved

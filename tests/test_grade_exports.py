@@ -28,25 +28,28 @@ import torch
 from minilin.grading.checks import equal, hidden_check
 
 @hidden_check("1.5")
-def bigger(score_matrix_bytes):
-    yield equal(score_matrix_bytes(7, 3, 11, torch.float32), 7 * 3 * 11 * 11 * 4)
+def bigger(saturated_rows):
+    q = torch.ones(7, 3, 11, 4, dtype=torch.float64)  # equal scores: uniform rows, none saturated
+    yield equal(saturated_rows(q, q), torch.zeros(7, 3, dtype=torch.float64))
 
 @hidden_check("1.5")
-def wrong_on_purpose(score_matrix_bytes):
-    yield equal(score_matrix_bytes(5, 2, 13, torch.float16), 1, what="{SECRET}")
+def wrong_on_purpose(saturated_rows):
+    q = torch.ones(5, 2, 13, 4, dtype=torch.float64)
+    yield equal(saturated_rows(q, q), torch.ones(5, 2, dtype=torch.float64), what="{SECRET}")
 '''
 LONG = ("the mask builder gave up because the requested geometry is unsupported in this particular configuration "
         "of rows and columns")
-RAISING_MASK = f"\ndef causal_mask(n, m):\n    raise RuntimeError({LONG!r})\n"
-UNSCALED = "\ndef scaled_scores(q, k):\n    return torch.einsum('bhnd,bhmd->bhnm', q, k)\n"
+RAISING_MASK = f"\ndef causal_mask(n, m, prefix=0):\n    raise RuntimeError({LONG!r})\n"
+UNSCALED = ("\ndef scaled_scores(q, k):\n"
+            "    return torch.einsum('bhnd,bhmd->bhnm', q, k.repeat_interleave(q.shape[1] // k.shape[1], 1))\n")
 STUB_SCORES = "\ndef scaled_scores(q, k):\n    raise NotImplementedError('Task 1.1')\n"
 EXIT_ON_SECRET = """
 import os
-_correct = score_matrix_bytes
-def score_matrix_bytes(batch, heads, n, dtype):
-    if batch == 5:  # only the hidden check's input
+_correct = saturated_rows
+def saturated_rows(q, k, scale=None, threshold=0.99):
+    if q.shape[0] == 5:  # only the hidden check's input
         os._exit(3)
-    return _correct(batch, heads, n, dtype)
+    return _correct(q, k, scale, threshold)
 """
 GRADED = ["--chapter", "1", "--task", "2.1"]
 
@@ -252,18 +255,18 @@ def test_gradescope_options_are_checked_before_grading(tmp_path):
 def test_hidden_checks_say_only_that_one_failed(exported):
     row = exported["table"]["pat"]["1.5"]
     assert row["status"] == "fail" and SECRET in row["message"] and "hidden check 2 of 2" in row["message"]
-    assert "score_matrix_bytes(5, 2, 13" in row["message"]  # the teacher sees the call
+    assert "saturated_rows(<5x2x13x4" in row["message"]  # the teacher sees the call
     crash = exported["table"]["hank"]["1.5"]  # every check before the crash passed: a fail, with partial credit
     assert crash["status"] == "fail" and "code 3" in crash["message"] and "hidden check 2 of 2" in crash["message"]
     assert int(crash["checks_passed"]) == int(crash["checks_total"]) - 1
-    assert "score_matrix_bytes(5, 2, 13" in crash["message"]
+    assert "saturated_rows(<5x2x13x4" in crash["message"]
     for student in ("pat", EVIL, "hank"):
         text = feedback(exported, student)
         assert "a hidden check failed (2 of 2)" in text
-        assert SECRET not in text and "(5, 2, 13" not in text
+        assert SECRET not in text and "5x2x13" not in text
         data = gradescope(exported, student)
         blob = json.dumps(data)
-        assert SECRET not in blob and "(5, 2, 13" not in blob
+        assert SECRET not in blob and "5x2x13" not in blob
         test = next(t for t in data["tests"] if t["number"] == "1.5")
         assert test["output"].endswith("; failed: check 1 (hidden)\na hidden check failed (2 of 2)".replace(
             "check 1", f"check {len(TASKS['1.5'].steps()) + 2}")), test["output"]

@@ -28,7 +28,7 @@ def stable_softmax(scores, dim=-1):  # Task 1.2 through sys.modules
     return sys.modules["mini" + "lin.attention"].functional.softmax(scores, dim=dim)
 
 
-def causal_mask(n, m):  # Task 1.3: exec of the reference's source, read from the package's folder
+def causal_mask(n, m, prefix=0):  # Task 1.3: exec of the reference's source, read from the package's folder
     import importlib
     import pathlib
     package = importlib.import_module("nilinim"[::-1])
@@ -45,9 +45,9 @@ def attention(q, k, v, mask=None, causal=False):  # Task 1.4: a module name buil
     return getattr(module, "_".join(["softmax", "attention"]))(q, k, v, mask=mask, causal=causal)
 
 
-def score_matrix_bytes(batch, heads, n, dtype):  # Task 1.5: a peer library chapter 1 does not allow
-    layer = linformer.LinformerSelfAttention(dim=8, seq_len=n, k=4)
-    return batch * heads * n * n * dtype.itemsize + 0 * layer.proj_k.numel()
+def saturated_rows(q, k, scale=None, threshold=0.99):  # Task 1.5: a peer library chapter 1 does not allow
+    layer = linformer.LinformerSelfAttention(dim=8, seq_len=k.shape[2], k=4)
+    return (q @ k.transpose(-2, -1)).softmax(-1).amax(-1).ge(threshold).double().mean(-1) + 0 * layer.proj_k.sum()
 '''
 ROUTES = {"1.2": "minilin.attention is not allowed", "1.3": "attention.py",
           "1.4": "minilin.attention.softmax_attention is not allowed",

@@ -34,14 +34,16 @@ pytestmark = pytest.mark.needs_solutions  # a release is built from the full cou
 ROOT = Path(__file__).resolve().parent.parent
 ORDER = sorted(TASKS, key=task_key)
 RUBRIC_TOML = 'default = 1\n[points]\n"4" = 2\n"1.4" = 3\n'
-WRONG_1_5 = "\n\ndef score_matrix_bytes(batch, heads, n, dtype):\n    return 3 * batch * heads * n * n\n"  # no check passes
+WRONG_1_5 = ("\n\ndef saturated_rows(q, k, scale=None, threshold=0.99):\n"  # no check passes
+             "    return torch.full(q.shape[:2], 3.0, dtype=q.dtype)\n")
 HIDDEN = '''from minilin.grading.checks import equal, hidden_check
 
 
 @hidden_check("1.5")
-def secret_kibibyte(score_matrix_bytes):
+def secret_kibibyte(saturated_rows):
     import torch
-    yield equal(score_matrix_bytes(1, 1, 16, torch.float32), 1024, what="SECRET-1024 bytes")
+    q = torch.ones(1, 1, 2, 4, dtype=torch.float64)  # two equal scores: no row saturated
+    yield equal(saturated_rows(q, q), torch.zeros(1, 1, dtype=torch.float64), what="SECRET-1024 no saturated row")
 '''
 # what only the teacher's course has, or only a teacher runs
 TEACHER_WORDS = ("solutions/", ".ci/", "python -m minilin release", "--submissions", "--impl solutions",
@@ -160,7 +162,7 @@ def test_workflow_results_are_the_reporters_format_with_the_graders_points(relea
         expected = "fail" if task_id == "1.5" else "pass"
         assert result["status"] == expected and (test["score"] == 0) == (expected == "fail"), task_id
     message = classroom.results["1.5"]["tests"][0]["message"]
-    assert "score_matrix_bytes" in message and re.match(r"\d+ of \d+ checks pass: ", message), message
+    assert "saturated_rows" in message and re.match(r"\d+ of \d+ checks pass: ", message), message
     assert "# Feedback:" in classroom.stdout and "1.5" in classroom.stdout  # the feedback, in the Actions log
 
 
