@@ -172,7 +172,7 @@ def main(argv=None):
         raise UsageError(f"--sandbox bwrap: {note}")
     hide = [p for p in (ROOT / "solutions", args.submissions, args.hidden_tests) if p]
     limits = runner.Limits(timeout=args.timeout, memory=int(args.memory * 2**30))
-    print(f"{note}; {args.timeout:g} s per chapter, {args.memory:g} GiB", flush=True)
+    print(f"{note}; {args.timeout:g} s per chapter, {sandbox.memory_note(limits.memory)}", flush=True)
     with runner.Session(tasks, limits=limits, mode=mode, hidden=hidden, hide=hide) as session:
         if points is not None:  # a weight list per check: checked once the checks (hidden ones too) are built
             report.check_weights(points, {t: len(steps) for t, steps in session.steps.items()},
@@ -186,14 +186,14 @@ def grade_one(session, folder, args, points, note, report):
     from minilin.grading.course import CHAPTERS, WITHOUT_EXERCISES
     results = session.grade(folder)
     chapters = sorted({int(t.split(".")[0]) for t in results})
-    print(f"grading {folder.name}/ ({', '.join(CHAPTERS[c].file for c in chapters)})")
+    print(f"grading {report.one_line(folder.name)}/ ({', '.join(CHAPTERS[c].file for c in chapters)})")
     print("\n".join(report.task_table(results)))
     if details := report.failure_details(results):
         print("\n".join(details))
     if not args.chapter and not args.task and WITHOUT_EXERCISES:
         print(f"\nchapters {', '.join(map(str, WITHOUT_EXERCISES))} have no exercises")
     print("\n" + "\n".join(report.chapter_lines(results)))
-    print(report.score_line(results, folder.name, points))
+    print(report.score_line(results, report.one_line(folder.name), points))
     if args.gradescope_json:
         report.write_gradescope_json(args.gradescope_json, results, points, note)
         got, total = report.totals(results, points)
@@ -234,7 +234,7 @@ def grade_class(session, args, points, note, report):
     if args.gradescope:
         report.write_gradescope(args.gradescope, graded, points, note)
         written.append(f"Gradescope: {args.gradescope}/<student>/results.json")
-    width = max(len(n) for n in graded)
+    width = max(len(report.one_line(n)) for n in graded)
     for name, results in graded.items():
         print(report.summary_line(name, results, points, width))
     if args.feedback or args.gradescope:
@@ -246,9 +246,11 @@ def grade_class(session, args, points, note, report):
 
 
 def student_results(future, name, session, Result):
+    from minilin.grading.text import one_line
     try:
         return future.result()
     except Exception as err:  # a grader bug on one odd submission must not lose the whole class
-        print(f"warning: grading {name} failed: {type(err).__name__}: {err}", file=sys.stderr)
-        return {t.id: Result(t.id, "crash", f"the grader failed on this submission: {type(err).__name__}: {err}")
+        print(f"warning: grading {one_line(name)} failed: {type(err).__name__}: {one_line(err)}", file=sys.stderr)
+        return {t.id: Result(t.id, "crash", "the grader failed on this submission: "
+                                            f"{type(err).__name__}: {one_line(err)}")
                 for t in session.tasks}

@@ -8,9 +8,12 @@ containers only, so the grader can read it with `torch.load(weights_only=True)`:
 code in the grader.
 """
 import dataclasses
+import functools
 import io
 import os
+import pickle
 import struct
+import zipfile
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -263,8 +266,128 @@ def dumps(obj):
 
 
 def loads_untrusted(data):
-    """Read bytes the child wrote: weights_only, so only tensors and plain containers can come back."""
-    return decode(torch.load(io.BytesIO(data), weights_only=True, map_location="cpu"))
+    """Read bytes the child wrote: weights_only, so only tensors and plain containers can come back; and
+    parsed before it is inflated (check_frame), so no part can declare more memory than the frame holds."""
+    check_frame(data)
+    value = torch.load(io.BytesIO(data), weights_only=True, map_location="cpu")
+    _check_views(value)
+    return decode(value)
+
+
+# --- a reply is parsed before anything in it is inflated -------------------------------------------------
+MAX_PICKLE = 16 << 20  # bytes of a reply's pickle (its tensors' data are separate records)
+MAX_ENTRIES = 100_000  # records in one reply (torch.save writes one per storage, and six more)
+
+
+class ForgedFrame(ValueError):
+    """A reply whose parts declare more than they hold (a compressed record, a storage larger than its data)."""
+
+
+class _Stub:
+    """What every global of a reply's pickle is while it is only scanned: calling or filling it does nothing."""
+    __slots__ = ("name",)
+
+    def __init__(self, name="?", *args, **kwargs):
+        self.name = name
+
+    def __call__(self, *args, **kwargs):
+        return _Stub(self.name + "()")
+
+    def __setitem__(self, key, value):
+        pass
+
+    def __setstate__(self, state):
+        pass
+
+    def append(self, value):
+        pass
+
+    def extend(self, values):
+        pass
+
+
+class _Scan(pickle._Unpickler):
+    """A pure-Python pass over the pickle that imports nothing, builds no tensor and records every storage it
+    declares (its persistent ids): ('storage', <storage type>, key, location, element count)."""
+
+    def __init__(self, data):
+        super().__init__(io.BytesIO(data))
+        self.storages = []
+
+    def find_class(self, module, name):
+        return _Stub(f"{module}.{name}")
+
+    def persistent_load(self, pid):
+        if len(self.storages) >= MAX_ENTRIES:
+            raise ForgedFrame("too many storages")
+        self.storages.append(pid)
+        return _Stub("storage")
+
+
+@functools.lru_cache(maxsize=1)
+def _storage_itemsize():
+    """{'torch.DoubleStorage': 8, ...}: the bytes per element of each storage type torch.save names."""
+    sizes = {f"torch.{name}": dtype.itemsize for dtype, name in torch.storage._dtype_to_storage_type_map().items()}
+    return {**sizes, "torch.UntypedStorage": 1, "torch.storage.UntypedStorage": 1}
+
+
+def check_frame(data):
+    """Raise ForgedFrame unless `data` is a torch.save archive whose every record is stored (not compressed),
+    at most as large as the frame, and whose pickle declares no storage larger than the record that holds it:
+    what torch.load then allocates is bounded by the frame's own size."""
+    try:
+        archive = zipfile.ZipFile(io.BytesIO(data))
+        infos = archive.infolist()
+    except (zipfile.BadZipFile, ValueError, OSError, EOFError) as err:
+        raise ForgedFrame(f"not a torch.save archive ({type(err).__name__})") from None
+    if not infos or len(infos) > MAX_ENTRIES:
+        raise ForgedFrame("not a torch.save archive")
+    sizes = {}
+    for info in infos:
+        if info.compress_type != zipfile.ZIP_STORED or info.file_size != info.compress_size or \
+                info.file_size > len(data) or info.filename in sizes:
+            raise ForgedFrame(f"record {info.filename!r} is compressed, repeated or larger than the frame")
+        sizes[info.filename] = info.file_size
+    pickles = [name for name in sizes if name.endswith("/data.pkl") and name.count("/") == 1]
+    if len(pickles) != 1 or sizes[pickles[0]] > MAX_PICKLE:
+        raise ForgedFrame("no single pickle of a reply's size")
+    prefix = pickles[0][:-len("data.pkl")]
+    if any(not name.startswith(prefix) for name in sizes):
+        raise ForgedFrame("records outside the archive's folder")
+    scan = _Scan(archive.read(pickles[0]))
+    try:
+        scan.load()
+    except ForgedFrame:
+        raise
+    except Exception as err:  # RecursionError, UnpicklingError, a stub where a class must be...
+        raise ForgedFrame(f"its pickle cannot be read ({type(err).__name__})") from None
+    itemsize = _storage_itemsize()
+    for pid in scan.storages:
+        if not (isinstance(pid, tuple) and len(pid) == 5 and pid[0] == "storage" and isinstance(pid[1], _Stub)
+                and isinstance(pid[2], str) and type(pid[4]) is int and pid[4] >= 0):
+            raise ForgedFrame("a storage that is not a tensor's")
+        size = itemsize.get(pid[1].name)
+        record = sizes.get(f"{prefix}data/{pid[2]}")
+        if size is None or record is None or pid[4] * size > record:
+            raise ForgedFrame(f"a storage declares {pid[4]} elements of {pid[1].name}; its record holds "
+                              f"{record} bytes")
+
+
+def _check_views(value, depth=0):
+    """No tensor may show more elements than its storage holds (a stride-0 view of one number as a 10⁹-element
+    tensor would be inflated by the first comparison)."""
+    if depth > MAX_DEPTH + 5:
+        raise ForgedFrame("nested too deep")
+    if isinstance(value, torch.Tensor):
+        if value.numel() * value.element_size() > value.untyped_storage().nbytes():
+            raise ForgedFrame(f"a tensor of shape {tuple(value.shape)} over a storage of "
+                              f"{value.untyped_storage().nbytes()} bytes")
+    elif isinstance(value, (tuple, list)):
+        for v in value:
+            _check_views(v, depth + 1)
+    elif isinstance(value, dict):
+        for v in value.values():
+            _check_views(v, depth + 1)
 
 
 HEADER = struct.Struct(">cQ")  # frame kind (one byte) and payload length

@@ -99,6 +99,14 @@ def _compare_tensor(got, exp, atol, rtol, dtype, where):
         score = bad.double()
     if not bad.any():
         return None
+    if exp.is_floating_point() or got.is_floating_point():
+        broken = ~torch.isfinite(g) & torch.isfinite(e)  # NaN or inf where the reference is finite: never close
+        if broken.any():
+            flat = int(torch.argmax(broken.reshape(-1).to(torch.uint8)))
+            index = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), tuple(got.shape)))
+            return (f"{where}{nonfinite_words(g[broken])} in {int(broken.sum())} of {broken.numel()} entries where the "
+                    f"reference is finite, first at index {index}: got {_fmt(got.reshape(-1)[flat].item())}, "
+                    f"expected {_fmt(exp.reshape(-1)[flat].item())}")
     flat = int(torch.argmax(torch.where(bad, score, torch.zeros_like(score))))
     index = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), tuple(got.shape)))
     gv, ev = got.reshape(-1)[flat].item(), exp.reshape(-1)[flat].item()
@@ -109,8 +117,19 @@ def _compare_tensor(got, exp, atol, rtol, dtype, where):
     return f"{lines} at index {index}: got {_fmt(gv)}, expected {_fmt(ev)} (allowed: {allowed})"
 
 
+def nonfinite_words(values):
+    """'NaN', 'inf' or 'NaN and inf': what the non-finite `values` (a tensor) hold."""
+    kinds = [w for w, hit in (("NaN", bool(torch.isnan(values).any())), ("inf", bool(torch.isinf(values).any())))
+             if hit]
+    return " and ".join(kinds) or "a non-finite value"
+
+
 def compare(got, exp, *, atol=TOL, rtol=0.0, dtype=True, where=""):
-    """None when `got` matches `exp`, else one line saying where and by how much they differ."""
+    """None when `got` matches `exp`, else one line saying where and by how much they differ.
+
+    The one comparison every check goes through (close, equal, expect_close, expect_within): a NaN or an inf
+    where the expected value is finite always fails, and the line names it; NaN matches NaN and inf the same
+    inf only where the reference holds them."""
     if isinstance(exp, torch.Tensor):
         return _compare_tensor(got, exp, atol, rtol, dtype, where)
     if isinstance(exp, (tuple, list)):
@@ -147,6 +166,9 @@ def compare(got, exp, *, atol=TOL, rtol=0.0, dtype=True, where=""):
             got = got.item()
         if type(got) not in (int, float):
             return f"{where}returned {kind(got)}, expected a number close to {exp:.6g}"
+        if not math.isfinite(got) and math.isfinite(exp):
+            return f"{where}got {got}, expected {exp:.10g} ({nonfinite_words(torch.tensor([float(got)]))} where the " \
+                   "reference is finite)"
         if not abs(got - exp) <= atol + rtol * abs(exp):
             return f"{where}got {got:.10g}, expected {exp:.10g} (difference {abs(got - exp):.3g}; allowed: " \
                    f"atol {atol:g}, rtol {rtol:g})"
@@ -167,6 +189,19 @@ def expect_close(got, expected, *, call, what="the reference", atol=TOL, rtol=0.
 def expect(condition, call, message):
     if not condition:
         raise Failure(f"{describe(call)}\n  {message}")
+
+
+def expect_within(value, bound, call, what):
+    """A hand-written check's `value <= bound` (an error, a distance), failing on NaN and inf with words that
+    name them (a bare `if value > bound: fail` lets NaN through)."""
+    number = float(value.max()) if isinstance(value, torch.Tensor) and value.numel() else value
+    if isinstance(value, torch.Tensor) and not bool(torch.isfinite(value).all()):
+        raise Failure(f"{describe(call)}\n  {what} is {nonfinite_words(value[~torch.isfinite(value)])} (the answer "
+                      "holds NaN or inf)")
+    if not isinstance(number, (int, float)) or not math.isfinite(number):
+        raise Failure(f"{describe(call)}\n  {what} is {number} (the answer holds NaN or inf)")
+    if not number <= bound:
+        raise Failure(f"{describe(call)}\n  {what} is {_fmt(float(number))}, allowed at most {_fmt(float(bound))}")
 
 
 # --- steps ---------------------------------------------------------------------------------------

@@ -4,18 +4,25 @@ import math
 import torch
 
 from minilin.grading.calls import Gen
-from minilin.grading.checks import Chapter, captured, check, expect, expect_close, gen, kind, rand, raises
+from minilin.grading.checks import (Chapter, captured, check, expect, expect_close, gen, kind, nonfinite_words, rand,
+                                    raises)
 from minilin.performer import causal_linear_attention as reference_causal
 from minilin.performer import favor_attention, gaussian_projection, positive_features
 
 CHAPTER = Chapter(4, "ex04_performer", "Performer (FAVOR+) from scratch")
 
 
-def tensor(call, got, shape=None, dtype=None):
+def tensor(call, got, shape=None, dtype=None, finite=True):
+    """A tensor of that shape and dtype, and (`finite`) with no NaN or inf: the checks that compare a learner's
+    outputs with each other (the future must not leak, the same seed gives the same draw) would find NaN equal
+    to NaN."""
     ok = isinstance(got, torch.Tensor) and (shape is None or tuple(got.shape) == shape)
     ok = ok and (dtype is None or got.dtype == dtype)
     expect(ok, call, f"returned {kind(got)}, expected a tensor" + (f" of shape {shape}" if shape else "") +
            (f" ({dtype})" if dtype else ""))
+    if finite and got.is_floating_point() and not bool(torch.isfinite(got).all()):
+        expect(False, call, f"returned {nonfinite_words(got[~torch.isfinite(got)])} in "
+                            f"{int((~torch.isfinite(got)).sum())} of {got.numel()} entries; expected finite numbers")
 
 
 def all_close(pairs, what, atol=1e-10, rtol=0.0):
@@ -172,7 +179,7 @@ def favor_noncausal(f):
     call = f(q, k, v, w)
 
     def stable(got):
-        tensor(call, got, (1, 2, 30, 4), torch.float32)  # float32 in, float32 out: no upcast to hide overflow
+        tensor(call, got, (1, 2, 30, 4), torch.float32, finite=False)  # float32 out: no upcast hides overflow
         expect(bool(torch.isfinite(got).all()), call, "inf or NaN in float32 with |x| up to 20: subtract the "
                "maxima before exp (queries: per row; keys: one max over all keys and features)")
         expect_close(got.double()[ok], ref[ok], call=call, atol=1e-3, dtype=False,
@@ -276,7 +283,7 @@ def favor_causal(f):
     call = f(q, k, v, w)
 
     def stable(got):
-        tensor(call, got, (1, 2, 30, 4), torch.float32)  # float32 in, float32 out: no upcast to hide overflow
+        tensor(call, got, (1, 2, 30, 4), torch.float32, finite=False)  # float32 out: no upcast hides overflow
         expect(bool(torch.isfinite(got).all()), call, "inf or NaN in float32 with entries up to ±20: scale each "
                "key by a running maximum of the exponents of the keys so far, each query by its own row maximum")
         expect_close(got.double()[ok], ref[ok], call=call, atol=1e-3, dtype=False,

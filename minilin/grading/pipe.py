@@ -26,7 +26,8 @@ class ChildGone(Exception):
 class Child:
     """One child process (bwrap or plain) and the framed pipe to it."""
 
-    def __init__(self, argv, cwd, env, workdir):
+    def __init__(self, argv, cwd, env, workdir, group=None):
+        self.group = group  # its memory cgroup (sandbox.in_memory_group), removed on close
         self.stderr = tempfile.TemporaryFile(dir=workdir)
         self.proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=self.stderr, start_new_session=True)
@@ -114,6 +115,10 @@ class Child:
             except (ProcessLookupError, PermissionError):
                 self.proc.kill()
         self.proc.wait()
+        if self.group is not None:
+            from minilin.grading.sandbox import kill_group, remove_group
+            kill_group(self.group)  # anything of the sandbox still alive (bwrap's --die-with-parent takes the rest)
+            remove_group(self.group)
         for pipe in (self.proc.stdin, self.proc.stdout):
             try:
                 pipe.close()

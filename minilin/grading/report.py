@@ -12,6 +12,7 @@ from collections import Counter
 from pathlib import Path
 
 from minilin.grading.course import CHAPTERS, TASKS, allowed_helpers_text, task_key
+from minilin.grading.text import fence, md_inline, one_line, visible
 from minilin.grading.rubric import (Points, check_weights, default_points, earned, fmt_points, rounded,  # noqa: F401
                                     load_rubric, task_points)
 
@@ -244,7 +245,8 @@ def file_names(students):
 def rows(student, results, points):
     for task_id in sorted(results, key=task_key):
         result = results[task_id]
-        yield {"student": student, "task": task_id, "points": fmt_points(task_points(result, points, task_id)),
+        yield {"student": one_line(student), "task": task_id,
+               "points": fmt_points(task_points(result, points, task_id)),
                "max_points": fmt_points(points[task_id]), "checks_passed": getattr(result, "checks_passed", 0),
                "checks_total": getattr(result, "checks_total", 0), "status": result.status,
                "message": teacher_message(result)[:600]}
@@ -281,7 +283,7 @@ def write_wide(path, graded, points):
     columns, chapters = wide_columns(graded)
 
     def row(student, results):
-        out = {"student": student}
+        out = {"student": one_line(student)}
         for c in chapters:
             out[CHAPTERS[c].module] = fmt_points(sum(task_points(r, points, t) for t, r in results.items()
                                                      if TASKS[t].chapter == c))
@@ -299,7 +301,7 @@ def summary_line(student, results, points, width):
     got, total = totals(results, points)
     counts = Counter(r.status for r in results.values())
     parts = ", ".join(f"{n} {s}" for s, n in sorted(counts.items(), key=lambda kv: -kv[1]))
-    return f"{student:<{width}}  {fmt_points(got):>5}/{fmt_points(total)} points  ({parts})"
+    return f"{one_line(student):<{width}}  {fmt_points(got):>5}/{fmt_points(total)} points  ({parts})"
 
 
 # --- what the learner reads ------------------------------------------------------------------------
@@ -318,7 +320,7 @@ def feedback_markdown(student, results, points, note):
     got, total = totals(results, points)
     passed = sum(r.status == "pass" for r in results.values())
     checks = sum(r.checks_passed for r in results.values()), sum(r.checks_total for r in results.values())
-    lines = [f"# Feedback: {student}", "",
+    lines = [f"# Feedback: {md_inline(student)}", "",
              f"**{fmt_points(got)} / {fmt_points(total)} points** ({passed} of {len(results)} tasks pass, "
              f"{checks[0]} of {checks[1]} checks)."]
     if is_empty(results):
@@ -327,14 +329,14 @@ def feedback_markdown(student, results, points, note):
         lines += ["", "## Nothing to grade", "",
                   f"None of the exercise files was found in your submission: expected {', '.join(files)}, in the "
                   "submitted folder itself or in its `exercises/` folder.", *([""] if hints else []),
-                  *(f"- {h}" for h in hints)]
+                  *(f"- {md_inline(h)}" for h in hints)]
         return "\n".join(lines + _how_graded(note))
     if found := notes(results):
-        lines += ["", "## Notes", "", *(f"- {n}" for n in found)]
+        lines += ["", "## Notes", "", *(f"- {md_inline(n)}" for n in found)]
     lines += ["", "| task | function | points | status | checks | summary |", "|---|---|---|---|---|---|"]
     for row in rows(student, results, points):
         result = results[row["task"]]
-        summary = (failed_numbers(result) + short(result, learner=True)).replace("|", "\\|")
+        summary = failed_numbers(result) + md_inline(short(result, learner=True))
         lines.append(f"| {row['task']} | {', '.join(TASKS[row['task']].functions)} | {row['points']}/"
                      f"{row['max_points']} | {row['status']} | {row['checks_passed']}/{row['checks_total']} | "
                      f"{summary} |")
@@ -351,12 +353,12 @@ def feedback_markdown(student, results, points, note):
             lines += [checks_text(result, learner=True).replace("|", "\\|") + ".", ""]
         if result.cause:
             lines += [result.cause[0].upper() + result.cause[1:] + ".", ""]
-        lines += ["```text", *learner_message(result).splitlines()[:15], "```"]
+        lines += fence([visible(line) for line in learner_message(result).splitlines()[:15]])
     if todo:
         lines += ["", f"## {NOT_IMPLEMENTED[0].upper() + NOT_IMPLEMENTED[1:]}", "",
                   f"The stub still raises NotImplementedError: tasks {', '.join(todo)}."]
     if missing := _missing_lines(results):
-        lines += ["", "## Missing files", "", *(f"- {line}" for line in missing)]
+        lines += ["", "## Missing files", "", *(f"- {md_inline(line)}" for line in missing)]
     return "\n".join(lines + _how_graded(note))
 
 

@@ -27,6 +27,7 @@ from minilin.grading.calls import dumps, execute, loads_untrusted, summary
 from minilin.grading.checks import CannotGrade, Failure
 from minilin.grading.course import CHAPTERS, task_key
 from minilin.grading.pipe import Child, ChildGone
+from minilin.grading.text import one_line, visible
 
 STATUSES = ("pass", "fail", "error", "timeout", "crash", "missing")
 MAX_SOURCE = 1 << 20  # bytes per learner file
@@ -167,7 +168,7 @@ class Session:
                     results[task.id] = dataclasses.replace(results[task.id], note=note)
             if chapter.number in sources:
                 add_causes(chapter, sources[chapter.number], results)
-        return {t.id: counted(results[t.id], len(self.steps.get(t.id, ()))) for t in self.tasks}
+        return {t.id: as_data(counted(results[t.id], len(self.steps.get(t.id, ())))) for t in self.tasks}
 
     def _scan(self, chapter, tasks, path, folder, found, results):
         """Missing file, syntax error, forbidden helpers: decided here, without running anything."""
@@ -175,11 +176,12 @@ class Session:
             results.update({t.id: Result(t.id, status, message) for t in tasks})
         if not path.is_file():
             if chapter.file in found.files:
-                every("error", f"{found.files[chapter.file].name} is a link or larger than {MAX_SOURCE >> 10} KiB: "
+                name = one_line(found.files[chapter.file].name)
+                every("error", f"{name} is a link or larger than {MAX_SOURCE >> 10} KiB: "
                                "not graded")
             else:
                 hint = found.hints.get(chapter.file)
-                every("missing", f"no {chapter.file} in {folder.name}/" + (f"; {hint}" if hint else ""))
+                every("missing", f"no {chapter.file} in {one_line(folder.name)}/" + (f"; {hint}" if hint else ""))
             return []
         try:
             source = path.read_text(encoding="utf-8")
@@ -223,9 +225,10 @@ class Session:
 
     def _start(self, student, queue, results):
         """A fresh child (Python and torch imported, no learner code yet), or None: every task left crashes."""
-        argv, cwd, env = sandbox.command(self.mode, lib=self.lib, package_parent=student, inputs=self.inputs,
-                                         scratch=student / "scratch", memory=self.limits.memory, hide=self.hide)
-        child = Child(argv, cwd, env, student)
+        argv, cwd, env, group = sandbox.command(self.mode, lib=self.lib, package_parent=student,
+                                                inputs=self.inputs, scratch=student / "scratch",
+                                                memory=self.limits.memory, hide=self.hide)
+        child = Child(argv, cwd, env, student, group=group)
         try:
             child.recv(b"R", time.monotonic() + self.limits.startup)
             return child
@@ -333,6 +336,14 @@ class Session:
         if 0 < result.checks_passed < result.checks_total:
             result = dataclasses.replace(result, status="fail")  # partly right: a fail with partial credit
         return result
+
+
+def as_data(result):
+    """The Result with what the learner's code or folder controls (exception messages, printed output, names)
+    made plain text: control and format characters shown as escapes, line breaks kept only between a
+    message's lines (each sink indents or fences them); see text.visible."""
+    return dataclasses.replace(result, message=visible(result.message, keep="\n"), cause=one_line(result.cause),
+                               note=one_line(result.note))
 
 
 def label(index, step, hidden):

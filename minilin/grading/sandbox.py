@@ -1,11 +1,17 @@
 """The child's command line: inside bubblewrap (`bwrap`) where it works, a plain process elsewhere.
 
-In bwrap the learner's code sees the system read-only, a private writable /tmp (a size-capped tmpfs: the
-scratch folder), no network and no other process (--unshare-all), no capabilities, and none of: the course's
-solutions/, the class's other submissions, the teacher's hidden checks, the grader's own files, well-known
-credential folders in $HOME. Its own files and the grader's inputs are bound read-only under /tmp/grade.
-The environment is emptied (no tokens leak) and the child sets its own memory and file-size limits before it
-imports anything (`child.py`). Without bwrap the same child runs as a plain process: timeout and memory cap
+In bwrap the learner's code sees only what the child needs, read-only: /usr (and /bin, /lib... or their
+symlinks), a minimal /etc (the dynamic linker's cache, the time zone; no passwd), the CPU list in /sys, and the
+interpreter's folders (its prefixes and site-packages: `python_folders`), with the installed minilin, the peer
+libraries and any hidden path that lies inside them covered; nothing else of the disk (no home folder, no other
+copy of the course, no /var, no /etc/passwd). /tmp (the scratch folder) and /dev/shm are private size-capped
+tmpfs (TMP_BYTES, SHM_BYTES), the root is read-only, no network and no other process (--unshare-all), no
+capabilities. Its own files and the grader's inputs are bound read-only under /tmp/grade. The environment is
+emptied (no tokens leak) and the child sets its own memory and file-size limits before it imports anything
+(`child.py`). Where a memory cgroup can be made (v2 or v1, `cgroup_status`), each child, bwrap and all, starts
+inside one of its own capped at the memory limit plus the two tmpfs (the pages written there are charged to
+it); elsewhere each process has the limit as its address space and the tmpfs sizes add to it, and the grader's
+first line says which. Without bwrap the same child runs as a plain process: timeout and memory cap
 still hold, but it could write where you can; the grader says so in one line.
 
 What each chapter's code can import (`library`, `allowance`): in bwrap the course folder (the real minilin, its
@@ -26,8 +32,11 @@ import json
 import os
 import pickletools
 import shutil
+import signal
 import subprocess
 import sys
+import time
+import uuid
 import zipfile
 import zlib
 from pathlib import Path
@@ -71,11 +80,128 @@ def choose(mode):
         return "none", "sandbox: none (--sandbox none): your code runs as a plain process, with a timeout " \
                        "and a memory cap; honesty is checked statically only"
     if works:
-        return "bwrap", "sandbox: bwrap (read-only system, private /tmp, no network)"
+        return "bwrap", "sandbox: bwrap (only the system's and Python's folders, read-only; private /tmp and " \
+                        "/dev/shm; no network)"
     if mode == "bwrap":
         return None, reason
     return "none", f"sandbox: none ({reason}): code runs unsandboxed, with a timeout and a memory cap; honesty " \
                    "is checked statically only"
+
+
+# --- one memory limit over the whole sandbox: a cgroup where one can be made -----------------------------
+CGROUP = Path("/sys/fs/cgroup")
+ENTER = 'echo $$ > "$1" && shift && exec "$@"'  # the child's first process joins its cgroup, then becomes bwrap
+
+
+def _own_cgroups():
+    """[(folder, limit file, swap file)] where this process's memory cgroup could have a child (v2, then v1)."""
+    found = []
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return found
+    for line in lines:
+        number, controllers, path = (line.split(":", 2) + ["", ""])[:3]
+        if number == "0" and controllers == "":
+            found += [(CGROUP / path.lstrip("/"), "memory.max", "memory.swap.max")]
+        elif "memory" in controllers.split(","):
+            for base in (CGROUP / "memory" / path.lstrip("/"), CGROUP / "memory"):
+                found.append((base, "memory.limit_in_bytes", "memory.memsw.limit_in_bytes"))
+    return found
+
+
+def _make_group(base, limit_file, swap_file, limit):
+    group = base / f"minilin-grade-{os.getpid()}-{uuid.uuid4().hex[:12]}"
+    group.mkdir()
+    try:
+        (group / limit_file).write_text(str(limit))
+        if (group / swap_file).exists():
+            try:
+                (group / swap_file).write_text("0" if swap_file == "memory.swap.max" else str(limit))
+            except OSError:
+                pass
+    except OSError:
+        remove_group(group)
+        raise
+    return group
+
+
+def kill_group(group):
+    """SIGKILL every process left in a child's cgroup."""
+    try:
+        if (group / "cgroup.kill").exists():
+            (group / "cgroup.kill").write_text("1")
+            return
+        pids = [int(p) for p in (group / "cgroup.procs").read_text().split()]
+    except (OSError, ValueError):
+        return
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+def remove_group(group):
+    """Remove a child's cgroup once its processes are gone (a few tries: the kernel frees it lazily)."""
+    if group is None:
+        return
+    for _ in range(20):
+        try:
+            group.rmdir()
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            time.sleep(0.05)
+
+
+@functools.lru_cache(maxsize=1)
+def cgroup_status():
+    """(base, limit file, swap file) of a cgroup folder in which this process can make a memory-limited group
+    and move a process into it, or (None, reason)."""
+    reason = "no memory cgroup this user may create"
+    for base, limit_file, swap_file in _own_cgroups():
+        if not base.is_dir():
+            continue
+        try:
+            group = _make_group(base, limit_file, swap_file, 64 << 20)
+        except OSError as err:
+            reason = f"cannot create a memory cgroup in {base} ({err.strerror or err})"
+            continue
+        try:
+            probe = subprocess.run(["/bin/sh", "-c", ENTER, "sh", str(group / "cgroup.procs"), "true"],
+                                   capture_output=True, timeout=30)
+            if probe.returncode == 0:
+                return (base, limit_file, swap_file), ""
+            reason = f"cannot move a process into a cgroup in {base}"
+        except (OSError, subprocess.TimeoutExpired) as err:
+            reason = f"cannot move a process into a cgroup in {base} ({err})"
+        finally:
+            remove_group(group)
+    return None, reason
+
+
+def memory_note(memory):
+    """The words of the grader's first line on how memory is limited."""
+    where, reason = cgroup_status()
+    if where is not None:
+        return f"{memory / 2**30:g} GiB per submission (one cgroup: every process, /tmp and /dev/shm)"
+    return (f"{memory / 2**30:g} GiB per process (no cgroup here: {reason}; /tmp adds at most "
+            f"{TMP_BYTES >> 20} MiB and /dev/shm {SHM_BYTES >> 20} MiB)")
+
+
+def in_memory_group(argv, memory):
+    """(argv, group): argv started inside a fresh cgroup capped at `memory` plus the sandbox's tmpfs sizes (the
+    pages written there are charged to it), or (argv, None) where no cgroup can be made."""
+    where, _ = cgroup_status()
+    if where is None:
+        return argv, None
+    try:
+        group = _make_group(*where, memory + TMP_BYTES + SHM_BYTES)
+    except OSError:
+        return argv, None
+    return ["/bin/sh", "-c", ENTER, "sh", str(group / "cgroup.procs"), *argv], group
 
 
 def environment(scratch):
@@ -83,18 +209,6 @@ def environment(scratch):
     return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": scratch, "TMPDIR": scratch,
             "LANG": "C.UTF-8", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "MPLBACKEND": "Agg",
             "MPLCONFIGDIR": os.path.join(scratch, ".matplotlib"), "TQDM_DISABLE": "1"}
-
-
-def _hidden(hide):
-    """bwrap arguments that cover each existing path in `hide` (folders by a tmpfs, files by /dev/null)."""
-    args = []
-    home = Path.home()
-    for path in [*hide, *(home / c for c in CREDENTIALS)]:
-        path = Path(path).resolve()
-        if str(path).startswith("/tmp/") or not path.exists() or path == Path("/"):
-            continue  # /tmp is a fresh tmpfs in the sandbox already
-        args += ["--tmpfs", str(path)] if path.is_dir() else ["--ro-bind", "/dev/null", str(path)]
-    return args
 
 
 def library(folder):
@@ -236,46 +350,90 @@ def allowance(chapter_number, helpers, needs):
     return f"allow {len(data)}\n{data.decode()}"
 
 
-def _python_under_tmp():
-    """A Python (a virtual environment, say) installed under /tmp would vanish under the sandbox's fresh /tmp:
-    bind its prefix back, read-only, at the same path (only the interpreter's folders, nothing else of /tmp)."""
+SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")  # bound read-only (or their symlinks)
+ETC = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/localtime", "/etc/alternatives")
+SYS = ("/sys/devices/system/cpu",)  # what torch's CPU detection reads
+SHM_BYTES = 64 << 20  # the sandbox's /dev/shm tmpfs
+
+
+def python_folders():
+    """The interpreter's folders the child needs: its prefixes (a virtual environment and the Python it was made
+    from) and its site-packages, resolved, without one that lies inside another or under SYSTEM."""
+    import site
+    import sysconfig
+    found = {sys.prefix, sys.base_prefix, sys.exec_prefix, str(Path(sys.executable).resolve().parent.parent)}
+    found |= {v for k, v in sysconfig.get_paths().items() if k in ("stdlib", "platstdlib", "purelib", "platlib")}
+    found |= set(site.getsitepackages())
+    paths = sorted({Path(f).resolve() for f in found if f and Path(f).is_dir()} - {Path("/")})
+    system = [Path(s).resolve() for s in SYSTEM if Path(s).exists()]
+    return [p for p in paths if not any(o in p.parents for o in [*paths, *system])
+            and not any(o == p for o in system)]
+
+
+def _inside(path, roots):
+    path = Path(path)
+    return any(path == r or r in path.parents for r in roots)
+
+
+def _system_binds():
+    """The system's folders read-only (a symlink such as /lib -> usr/lib as a symlink), a minimal /etc."""
     args = []
-    for prefix in sorted({sys.prefix, sys.base_prefix, sys.exec_prefix}):
-        if prefix.startswith("/tmp/") and Path(prefix).is_dir():
-            args += ["--ro-bind", prefix, prefix]
+    for name in SYSTEM:
+        path = Path(name)
+        if path.is_symlink():
+            args += ["--symlink", os.readlink(path), name]
+        elif path.is_dir():
+            args += ["--ro-bind", name, name]
+    for name in (*ETC, *SYS):
+        if os.path.exists(name):
+            args += ["--ro-bind", name, name]
     return args
 
 
-def _python_inside(hidden):
-    """The interpreter's folders that lie in a hidden folder (a course's .venv), bound back read-only."""
+def bound_roots():
+    """Every folder of the host that the sandbox shows (read-only)."""
+    roots = [Path(s).resolve() for s in SYSTEM if Path(s).is_dir()]
+    return roots + python_folders() + [Path(e) for e in (*ETC, *SYS) if os.path.exists(e)]
+
+
+def _hidden_inside(hide, roots):
+    """bwrap arguments that cover each existing path of `hide` that a bound folder would show (a folder by an
+    empty tmpfs, a file by /dev/null): the installed minilin, a class's folders under a bound prefix..."""
     args = []
-    for prefix in sorted({sys.prefix, sys.base_prefix, sys.exec_prefix}):
-        path = Path(prefix).resolve()
-        if any(path != h and h in path.parents for h in map(Path, hidden)) and path.is_dir():
-            args += ["--ro-bind", str(path), str(path)]
+    home = Path.home()
+    for path in [*hide, *(home / c for c in CREDENTIALS)]:
+        path = Path(path).resolve()
+        if not path.exists() or path == Path("/") or not _inside(path, roots):
+            continue
+        args += ["--tmpfs", str(path)] if path.is_dir() else ["--ro-bind", "/dev/null", str(path)]
     return args
 
 
-def _peers_hidden():
-    """Empty folders over the peer libraries (also where a venv under /tmp was bound back)."""
-    return [a for folders in peer_folders().values() for f in folders
+def _peers_hidden(roots):
+    """Empty folders over the peer libraries (where a bound folder shows them)."""
+    return [a for folders in peer_folders().values() for f in folders if _inside(Path(f).resolve(), roots)
             for a in (["--tmpfs", f] if Path(f).is_dir() else ["--ro-bind", "/dev/null", f])]
 
 
 def command(mode, *, lib, package_parent, inputs, scratch, memory, hide=()):
-    """(argv, cwd, env) that start `minilin/grading/child.py` for one learner's files (`lib`: see library)."""
+    """(argv, cwd, env, group) that start `minilin/grading/child.py` for one learner's files (`lib`: see
+    library) inside a memory cgroup of its own (`group`, None where none can be made; remove_group it after)."""
     if mode == "none":
         argv = [sys.executable, "-I", "-B", str(Path(lib) / "minilin" / "grading" / "child.py"), str(lib),
                 str(package_parent), str(inputs), str(scratch), str(memory)]
-        return argv, str(scratch), environment(str(scratch))
-    ours = [p.resolve() for p in grader_files() if not str(p.resolve()).startswith("/tmp/")]
-    argv = [shutil.which("bwrap"), "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
-            "--size", str(TMP_BYTES), "--tmpfs", "/tmp", *_python_under_tmp(), *_hidden([*hide, *ours]),
-            *_python_inside(ours), *_peers_hidden(),
+        argv, group = in_memory_group(argv, memory)
+        return argv, str(scratch), environment(str(scratch)), group
+    roots = bound_roots()
+    argv = [shutil.which("bwrap"), *_system_binds(), "--dev", "/dev", "--proc", "/proc",
+            "--size", str(TMP_BYTES), "--tmpfs", "/tmp", "--size", str(SHM_BYTES), "--tmpfs", "/dev/shm",
+            *(a for p in python_folders() for a in ("--ro-bind", str(p), str(p))),
+            *_hidden_inside([*hide, *grader_files()], roots), *_peers_hidden(roots),
             "--ro-bind", str(Path(lib) / "minilin"), f"{SANDBOX_ROOT}/lib/minilin",
             "--ro-bind", str(Path(package_parent) / "exercises"), f"{SANDBOX_ROOT}/exercises",
             "--ro-bind", str(inputs), f"{SANDBOX_ROOT}/inputs", "--dir", SANDBOX_SCRATCH, "--chdir", SANDBOX_SCRATCH,
+            "--remount-ro", "/",
             "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL", "--",
             sys.executable, "-I", "-B", f"{SANDBOX_ROOT}/lib/minilin/grading/child.py", f"{SANDBOX_ROOT}/lib",
             SANDBOX_ROOT, f"{SANDBOX_ROOT}/inputs", SANDBOX_SCRATCH, str(memory)]
-    return argv, str(scratch), environment(SANDBOX_SCRATCH)
+    argv, group = in_memory_group(argv, memory)
+    return argv, str(scratch), environment(SANDBOX_SCRATCH), group

@@ -10,6 +10,8 @@ import dataclasses
 import re
 from pathlib import Path
 
+from minilin.grading.text import one_line
+
 SUFFIXES = (".py", ".txt")  # a file saved as .txt by an editor or an upload form is still Python source
 NAME = re.compile(r"ex0*(\d+)[\s_.-]*(.*)")
 MAX_ENTRIES = 500  # names looked at per folder (a submission is a handful of files)
@@ -144,4 +146,6 @@ def locate(folder, chapters):
             elif notebooks:
                 hints[chapter.file] = (f"found {notebooks[0]}: the grader reads Python files; copy your functions "
                                        f"into {chapter.file}")
-    return Located(base, files, notes, hints, where)
+    # names come from the student's folder: one line each, control characters shown (text.one_line)
+    return Located(base, files, {k: one_line(v) for k, v in notes.items()},
+                   {k: one_line(v) for k, v in hints.items()}, one_line(where))
