@@ -1,106 +1,114 @@
 """Exercises for notebook 02: is attention low rank?
 
 Implement each function, then grade yourself:  python -m minilin grade --chapter 2
-Spectra are 1-D or batched tensors of singular values, largest first: s (..., r); matrices are (..., n, m); queries
-and keys are (B, H, n, D). Do not call minilin.lowrank here.
+Matrices are (..., n, m); queries and keys are (B, H, n, D). Use torch only: do not call minilin.lowrank here.
 
-Tasks 2.1-2.5 revisit what notebook 02 builds; Tasks 2.6 and 2.7 are extend tasks: they use the chapter's idea on
-a case the notebook does not solve (the errors of every truncation in two norms, a causal banded attention map).
+Each task uses the chapter's idea on a case the notebook does not solve. Task 2.4 asks you to predict the chapter's
+main finding (a window's rank against its width) where no measurement by SVD is possible; Tasks 2.5 and 2.6 are extend
+tasks (the errors of every truncation in two norms, a causal banded attention map).
 
 Each task has three hints, from a nudge to the formula. Read one, try, and read the next only if you are stuck.
 """
 import torch
 
 
-def cumulative_energy(s):
-    """Task 2.1: the normalised cumulative energy of a spectrum.
+def rank_for_error(P, max_error):
+    """Task 2.1: the smallest rank whose best approximation is within a relative error of each matrix.
 
-    s: (..., r) singular values, largest first  ->  (..., r), increasing, last entry 1.
-    Revisits notebook 02, section 1. Checked on batches (2, 3, 12) and (4, 20), on one spectrum of 7 and on a
-    spectrum small enough to do by hand.
+    P: (..., n, m), max_error: a float with 0 <= max_error < 1  ->  (...) integer tensor, each entry in 1..min(n, m):
+    the smallest r such that the best rank-r approximation P_r has ||P - P_r||_F <= max_error * ||P||_F. Allow
+    round-off: an error within 1e-12 of the bound, in squared relative terms, counts as meeting it (so max_error = 0
+    gives the numerical rank of an exactly low-rank matrix). A max_error outside [0, 1) raises ValueError.
 
-    Hint 1 (nudge): "energy" is the squared singular values; entry j is the share of the total held by the first j+1.
-    Hint 2 (plan): square; a running sum along the last axis; divide by the total of each spectrum, kept as a
-        (..., 1) tensor so that the division broadcasts over the batch dimensions.
-    Hint 3 (formula): energy[..., j] = Σ_{i<=j} s[..., i]² / Σ_i s[..., i]², the denominator one number per
-        spectrum.
+    Notebook 02, section 1 goes from a rank to its error; this task goes the other way, from an error budget to the
+    rank, without forming any P_r. Checked against the errors of every truncation, computed by the grader one rank at
+    a time, on (2, 3, 8, 8) attention matrices, (4, 12, 7) and (9, 5) matrices at max_error 0.5, 0.3, 0.1 and 0.01,
+    and on an exactly rank-2 matrix at max_error 0.
+
+    Hint 1 (nudge): Eckart-Young says what the best rank-r error is, in terms of the singular values alone.
+    Hint 2 (plan): singular values in float64; the squared error of each rank is a sum over the tail of the squared
+        singular values; compare every rank's squared error with the allowed one, all at once, and count.
+    Hint 3 (formula): ||P - P_r||_F^2 = sum over i > r of s_i^2; the answer is the smallest r with that sum at most
+        (max_error^2 + 1e-12) times the sum of all s_i^2, that is 1 plus the number of ranks r in 1..q-1 still above it.
     """
     raise NotImplementedError("Task 2.1")
 
 
-def rank_at_energy(s, threshold=0.9):
-    """Task 2.2: the smallest r such that the first r singular values hold `threshold` of the energy.
+def one_hot_spectrum(picks, n_keys):
+    """Task 2.2: the singular values of one-hot attention, from the picks alone.
 
-    s: (..., r)  ->  (...) integer tensor (int64 is usual; any integer dtype passes), each entry in 1..r.
-    Revisits notebook 02, section 1. Checked on batches (4, 12) and (2, 3, 20) at thresholds 0.5, 0.9, 0.99 and 1,
-    and on a spectrum small enough to do by hand.
+    picks: (..., n_q) integer tensor, each entry in 0..n_keys-1: query i puts all its weight on key picks[..., i].
+    Returns (..., min(n_q, n_keys)) float64, the singular values of the (n_q, n_keys) one-hot attention matrix of each
+    batch entry, largest first (the same as torch.linalg.svdvals of that matrix). Do not build the matrix or call an
+    SVD: the answer follows from how often each key is picked.
 
-    Hint 1 (nudge): the cumulative energy (Task 2.1) is increasing, so "the first index where it reaches the
-        threshold" is the same as "how many entries are still below it".
-    Hint 2 (plan): a boolean tensor (..., r) from one comparison, reduced over the last axis; mind that the answer
-        counts singular values (starting at 1), not indices (starting at 0).
-    Hint 3 (formula): r = #{j : energy_j < threshold} + 1, with one correction for round-off: the last cumulative
-        entry can come out a hair below 1 (the running sum and the total add in different orders), and then at
-        threshold 1 the count reaches r + 1. Compare each energy_j against the threshold lowered by a tiny
-        tolerance (about 1e-12), so that an entry within round-off of the threshold counts as reaching it.
+    Notebook 02, section 2 builds one-hot matrices with as many queries as keys and counts their rank; here the
+    numbers of queries and keys differ and you give the whole spectrum. Checked against svdvals of the one-hot
+    matrices for picks of shapes (3, 40) over 25 keys, (2, 2, 10) over 30 keys and (5, 64) over 64 keys, and on
+    picks [0, 0, 0, 1] over 3 keys (singular values √3, 1, 0).
+
+    Hint 1 (nudge): two rows that pick the same key are equal, two rows that pick different keys are orthogonal.
+        What is Pᵀ P?
+    Hint 2 (plan): count, per batch entry, how many queries pick each key (a tensor (..., n_keys)); turn counts into
+        singular values; sort them, largest first; keep as many as the smaller side of the matrix.
+    Hint 3 (formula): Pᵀ P = diag(c_1, ..., c_n_keys) with c_j the number of queries that pick key j, so the singular
+        values are the square roots of the counts, sorted in decreasing order, the first min(n_q, n_keys) of them.
     """
     raise NotImplementedError("Task 2.2")
 
 
-def effective_rank(s):
-    """Task 2.3: the entropy effective rank (Roy & Vetterli 2007).
+def jl_projected_length(P, v, max_error):
+    """Task 2.3: the projected length k at which the JL stand-in reaches a given expected error.
 
-    s: (..., r), s >= 0  ->  (...) float. It equals r when all r singular values are equal and 1 for a rank-1
-    matrix. Zero singular values contribute 0 to the entropy (0·log 0 = 0): do not let them produce NaN.
-    Revisits notebook 02, section 1. Checked on batches (3, 12) and (2, 2, 7), on 4 and 7 equal values, and on a
-    spectrum with zeros.
+    P: (..., n, n) attention, v: (..., n, Dv) values, max_error: float > 0  ->  (...) integer tensor: for each (P, V)
+    pair, the smallest integer k whose JL stand-in (P Rᵀ)(R V), R of shape (k, n) with entries N(0, 1/k), has an
+    expected squared relative error E||(P Rᵀ)(R V) - P V||_F^2 / ||P V||_F^2 of at most max_error^2.
 
-    Hint 1 (nudge): turn the spectrum into a probability distribution, measure its entropy, and undo the log.
-    Hint 2 (plan): normalise along the last axis; compute p·log p only where p > 0, 0 elsewhere; sum over the last
-        axis; exponentiate. If you pick the entries with `torch.where`, let it choose what goes *into* the log (a
-        stand-in of 1 where p = 0) rather than choose between p·log p and 0 afterwards: both give the right value, but
-        the second still takes log 0 in the branch it throws away, and its gradient comes out NaN.
-    Hint 3 (formula): p = s / Σ s;  H = -Σ_{p_i > 0} p_i log p_i;  effective rank = exp(H).
+    Notebook 02, section 4 derives the expected error at a given k and measures it on one input; here you turn it
+    around for any P and V, and see how k depends on n. Checked against the formula on (2, 3, 16, 16) soft and
+    (24, 24) sharp attention matrices with values of several widths, at max_error 0.5, 0.2 and 1; on a permutation
+    P; and by drawing R at your k for a (96, 96) attention matrix: the mean squared relative error over 40 draws must
+    be within 25% of max_error^2.
+
+    Hint 1 (nudge): section 4 gives the expected squared relative error as a function of k and one number ρ that
+        depends on P and V only.
+    Hint 2 (plan): compute ρ for each pair from three squared Frobenius norms (sum over the last two axes); solve the
+        error formula for k; round up to an integer.
+    Hint 3 (formula): ρ = ||P||_F^2 ||V||_F^2 / ||P V||_F^2 and the expected squared relative error is (ρ + 1) / k,
+        so k = ceiling of (ρ + 1) / max_error^2.
     """
     raise NotImplementedError("Task 2.3")
 
 
-def best_rank_approx(P, r):
-    """Task 2.4: the best rank-r approximation of each matrix (Eckart-Young).
+def predicted_window_rank(n, width):
+    """Task 2.4 (predict the finding): the rank at 90% energy of a circulant box window, for n up to a million.
 
-    P: (..., n, m)  ->  (..., n, m) of rank <= r.
-    Revisits notebook 02, section 1. Checked on (2, 8, 8), (2, 3, 6, 10) and (9, 4) matrices: the values against
-    the truncated SVD, and, as a separate check, that each result has numerical rank r.
+    n: int (positions), width: odd int, 9 <= width <= n / 16  ->  a Python int: your prediction of the rank at 90%
+    energy of the (n, n) circulant box window of notebook 02, section 3 (query i averages the `width` positions
+    i - width//2 .. i + width//2, wrapping around the ends). The grader calls it with n up to 2^20, where an n x n
+    matrix would need 8 TB: predict, or compute from something smaller than the matrix.
 
-    Hint 1 (nudge): the singular value decomposition writes P as a sum of rank-1 terms, largest first; keep some.
-    Hint 2 (plan): torch.linalg.svd with full_matrices=False gives U (..., n, q), S (..., q), Vh (..., q, m);
-        keep the first r columns of U, entries of S and rows of Vh; scale U's columns by S with broadcasting
-        (no diagonal matrix needed) and multiply back.
-    Hint 3 (formula): P_r = Σ_{i<=r} S_i u_i v_iᵀ, with u_i the i-th column of U and v_iᵀ the i-th row of Vh.
+    Notebook 02, section 3 measures windows at n = 256 and 512 by SVD. The grader measures each of its cases itself
+    and accepts a prediction within 10% of its measurement, at six (n, width) pairs from (4096, 9) to (2^20, 1025).
+
+    Hint 1 (nudge): section 3 found a rule for how the rank depends on n and the width; how well does a constant
+        read from its table carry over to much larger n?
+    Hint 2 (plan): either use the rule with a constant you trust for widths of 9 and more, or compute the n
+        singular values of the circulant matrix without the matrix (Appendix C of the notebook says what they are)
+        and count as in section 1.
+    Hint 3 (formula): rank ≈ c n / width with c about 1.6 to 1.7 for widths of 9 and more (not 2: the count takes the
+        largest singular values first, and the side lobes come before the main lobe's edges); or exactly: the
+        singular values are |sin(π f width / n) / (width sin(π f / n))| for f = 1..n-1 and 1 for f = 0, and the
+        answer is the smallest number of the largest of them that holds 90% of their summed squares.
     """
     raise NotImplementedError("Task 2.4")
 
 
-def jl_context(P, v, R):
-    """Task 2.5: the Johnson-Lindenstrauss stand-in for the context, P Rᵀ R V, without any n x n product.
-
-    P: (..., n, n) attention, v: (..., n, Dv) values, R: (k, n) random projection  ->  (..., n, Dv).
-    Revisits notebook 02, section 3. Checked against P (Rᵀ R) V for (n, k, Dv) = (16, 5, 3) and, with batch and
-    heads (2, 3), (12, 6, 4); and that no n x n product is formed at n = 512.
-
-    Hint 1 (nudge): matrix products are associative; the order you choose decides the size of the intermediates.
-    Hint 2 (plan): one product of shape (..., n, k), one of shape (..., k, Dv), then one (n x k)(k x Dv) product.
-        Never form Rᵀ R: it is n x n, the very matrix the stand-in is meant to avoid.
-    Hint 3 (formula): (P Rᵀ) (R V).
-    """
-    raise NotImplementedError("Task 2.5")
-
-
 def truncation_errors(P):
-    """Task 2.6 (extend): the errors of every best rank-r approximation, in two norms, from the spectrum alone.
+    """Task 2.5 (extend): the errors of every best rank-r approximation, in two norms, from the spectrum alone.
 
     P: (..., n, m)  ->  (frobenius, spectral), each (..., q) float64 with q = min(n, m): entry r - 1 is
-    ‖P - P_r‖ for the best rank-r approximation P_r (Task 2.4), r = 1..q, in the Frobenius norm and in the spectral
+    ‖P - P_r‖ for the best rank-r approximation P_r (section 1), r = 1..q, in the Frobenius norm and in the spectral
     norm (the largest singular value); the last entries are 0. Compute them without forming any P_r.
 
     Extends notebook 02, section 1: the notebook checks Eckart-Young as a *relative, squared* Frobenius error at a
@@ -117,27 +125,28 @@ def truncation_errors(P):
     Hint 3 (formula): with s_1 >= s_2 >= ... >= s_q: frobenius[r - 1] = √(Σ_{i > r} s_i²);
         spectral[r - 1] = s_{r+1}, and 0 for r = q.
     """
-    raise NotImplementedError("Task 2.6")
+    raise NotImplementedError("Task 2.5")
 
 
 def band_rank(q, k, width, threshold=0.9):
-    """Task 2.7 (extend): the rank at an energy threshold of causal attention restricted to a band.
+    """Task 2.6 (extend): the rank at an energy threshold of causal attention restricted to a band.
 
     q, k: (B, H, n, D), width: int >= 1, threshold in (0, 1]  ->  (B, H) integer tensor. The banded attention
     matrix is softmax(q kᵀ / √D) over the keys j with i - width < j <= i only (query i sees itself and the
-    width - 1 keys before it); return the rank at `threshold` energy (Task 2.2) of each (b, h) matrix. A width < 1
+    width - 1 keys before it); return the rank at `threshold` energy (section 1) of each (b, h) matrix. A width < 1
     raises ValueError.
 
-    Extends notebook 02, section 2(b): the notebook measures sliding windows that are fixed and circulant (they wrap
+    Extends notebook 02, section 3: the notebook measures sliding windows that are fixed and circulant (they wrap
     around the ends); here the band is causal, does not wrap, and its weights come from the scores. Checked against a
     band built with loops for widths 2, 5 and n/2 (n = 16, D = 4 and n = 24, D = 8, B, H > 1) at thresholds 0.5,
     0.9 and 0.99; width 1 (the identity: ⌈0.9 n⌉ at 0.9); and a width longer than n (causal attention's rank).
 
-    Hint 1 (nudge): this is the causal mask with a second edge, then the spectrum summaries you already wrote.
+    Hint 1 (nudge): this is the causal mask with a second edge, then the spectrum summary of section 1.
     Hint 2 (plan): a table (n, n) of "query position minus key position"; keep the entries in 0..width-1 and hide the
-        rest with -∞ before a softmax over the keys; singular values per (b, h) in float64; then Task 2.2.
+        rest with -∞ before a softmax over the keys; singular values per (b, h) in float64; then count as in
+        section 1.
     Hint 3 (formula): P[i, j] = exp(s_ij) / Σ_{i - width < l <= i} exp(s_il) for i - width < j <= i, else 0, with
         s_ij = q_i · k_j / √D; answer = the smallest r with Σ_{l<=r} σ_l² / Σ_l σ_l² >= threshold, σ = the
         singular values of P.
     """
-    raise NotImplementedError("Task 2.7")
+    raise NotImplementedError("Task 2.6")

@@ -1,34 +1,44 @@
 """Solutions for exercises/ex02_lowrank.py (standalone: torch only)."""
+import math
+
 import torch
 
 
-def cumulative_energy(s):
-    w = s.to(torch.float64) ** 2
-    return w.cumsum(-1) / w.sum(-1, keepdim=True)
+def rank_for_error(P, max_error):
+    """Task 2.1: Eckart-Young backwards: the error budget gives the rank, from the tail sums of s²."""
+    if not 0.0 <= max_error < 1.0:
+        raise ValueError(f"max_error is a relative error in [0, 1), got {max_error}")
+    tail = (torch.linalg.svdvals(P.to(torch.float64)) ** 2).flip(-1).cumsum(-1).flip(-1)   # tail[j] = Σ_{i >= j} s_i²
+    budget = (max_error ** 2 + 1e-12) * tail[..., :1]                                   # allowed ||P - P_r||², (..., 1)
+    return 1 + (tail[..., 1:] > budget).sum(-1)                                         # ranks 1..q-1 still above it
 
 
-def rank_at_energy(s, threshold=0.9):
-    e = cumulative_energy(s)
-    return (e < threshold - 1e-12).sum(-1) + 1  # the tolerance lets threshold=1.0 survive round-off
+def one_hot_spectrum(picks, n_keys):
+    """Task 2.2: Pᵀ P = diag(counts), so the singular values are the square roots of the counts."""
+    hits = torch.nn.functional.one_hot(picks.long(), n_keys).sum(-2)                    # (..., n_keys): c_j
+    ordered = torch.sort(hits.to(torch.float64).sqrt(), dim=-1, descending=True).values
+    return ordered[..., :min(picks.shape[-1], n_keys)]
 
 
-def effective_rank(s):
-    p = s.to(torch.float64) / s.sum(-1, keepdim=True)
-    plogp = torch.where(p > 0, p * torch.log(torch.where(p > 0, p, torch.ones_like(p))), torch.zeros_like(p))
-    return torch.exp(-plogp.sum(-1))
+def jl_projected_length(P, v, max_error):
+    """Task 2.3: E err² = (ρ + 1) / k, solved for k."""
+    P, v = P.to(torch.float64), v.to(torch.float64)
+    squares = lambda x: x.square().sum((-2, -1))
+    rho = squares(P) * squares(v) / squares(P @ v)
+    return torch.ceil((rho + 1) / max_error ** 2 - 1e-9).long()
 
 
-def best_rank_approx(P, r):
-    U, S, Vh = torch.linalg.svd(P, full_matrices=False)
-    return (U[..., :r] * S[..., None, :r]) @ Vh[..., :r, :]
-
-
-def jl_context(P, v, R):
-    return (P @ R.T) @ (R @ v)  # (..., n, k) @ (..., k, Dv)
+def predicted_window_rank(n, width):
+    """Task 2.4: the circulant box's singular values in closed form (a sampled sinc), counted to 90% energy."""
+    f = torch.arange(1, n, dtype=torch.float64)
+    sinc = (torch.sin(math.pi * f * width / n) / (width * torch.sin(math.pi * f / n))).abs()
+    weights = torch.cat([torch.ones(1, dtype=torch.float64), sinc]).square().sort(descending=True).values
+    share = weights.cumsum(0) / weights.sum()
+    return int((share < 0.9 - 1e-12).sum()) + 1
 
 
 def truncation_errors(P):
-    """Task 2.6: ‖P - P_r‖_F and ‖P - P_r‖_2 for r = 1..q from the spectrum alone (Eckart-Young-Mirsky)."""
+    """Task 2.5: ‖P - P_r‖_F and ‖P - P_r‖_2 for r = 1..q from the spectrum alone (Eckart-Young-Mirsky)."""
     s = torch.linalg.svdvals(P.to(torch.float64))  # (..., q), largest first
     zero = torch.zeros_like(s[..., :1])
     tail = (s ** 2).flip(-1).cumsum(-1).flip(-1)  # tail[r] = Σ_{i >= r} s_i² (0-based)
@@ -38,7 +48,7 @@ def truncation_errors(P):
 
 
 def band_rank(q, k, width, threshold=0.9):
-    """Task 2.7: the rank at `threshold` energy of causal attention in which query i sees keys i-width+1..i."""
+    """Task 2.6: the rank at `threshold` energy of causal attention in which query i sees keys i-width+1..i."""
     if width < 1:
         raise ValueError(f"width must be >= 1 (the band holds the diagonal and width - 1 keys before it), got {width}")
     n = q.shape[-2]
@@ -46,4 +56,6 @@ def band_rank(q, k, width, threshold=0.9):
     inside = (lag >= 0) & (lag < width)
     scores = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5  # (B, H, n, n)
     P = torch.softmax(scores.masked_fill(~inside, float("-inf")), dim=-1)  # the diagonal is always inside
-    return rank_at_energy(torch.linalg.svdvals(P.to(torch.float64)), threshold)
+    e = torch.linalg.svdvals(P.to(torch.float64)) ** 2
+    e = e.cumsum(-1) / e.sum(-1, keepdim=True)
+    return (e < threshold - 1e-12).sum(-1) + 1
