@@ -326,3 +326,41 @@ def test_grading_imports_the_benchmark_only_for_chapter_6():
               "print(sorted(m for m in sys.modules if m.startswith('minilin.bench')))\n")
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert proc.returncode == 0 and proc.stdout.strip() == "[]", proc.stdout + proc.stderr[-2000:]
+
+
+# --- item 7: a rubric that weighs hidden checks cannot zero a class where they are not shipped --------------
+HIDDEN_6_1 = '''from minilin.grading.checks import equal, hidden_check
+
+
+@hidden_check("6.1")
+def one_of_each(exact_saved_bytes):
+    yield equal(exact_saved_bytes(1, 1, 1, 1, 1, 1, 4), 16)
+'''
+
+
+def test_release_ships_a_rubric_for_the_public_checks_only(tmp_path):
+    import tomllib
+    import zipfile
+
+    from minilin.cli import UsageError
+    from minilin.grading.course import TASKS
+    from minilin.grading.release import main as release
+    from minilin.grading.rubric import check_weights, load_rubric
+    public = len(TASKS["6.1"].public_steps)
+    (tmp_path / "hidden").mkdir()
+    (tmp_path / "hidden" / "extra.py").write_text(HIDDEN_6_1)
+    rubric = tmp_path / "rubric.toml"
+    rubric.write_text(f'[points]\n"6.1" = 4\n[weights]\n"6.1" = {[1] * public + [3]}\n')  # public, then hidden
+    bundle = tmp_path / "autograder.zip"
+    assert release(["--gradescope", str(bundle), "--rubric", str(rubric), "--hidden-tests",
+                    str(tmp_path / "hidden")]) == 0
+    with zipfile.ZipFile(bundle) as archive:
+        name = next(n for n in archive.namelist() if n.endswith("rubric.toml"))
+        shipped = archive.read(name).decode()
+    assert tomllib.loads(shipped)["weights"] == {"6.1": [1] * public}
+    (tmp_path / "shipped.toml").write_text(shipped)
+    check_weights(load_rubric(tmp_path / "shipped.toml"), {"6.1": public})  # what the bundle's grade accepts
+    rubric.write_text(f'[weights]\n"6.1" = {[0] * public + [1]}\n')  # only the hidden check weighs
+    with pytest.raises(UsageError, match="run only the public checks"):
+        release(["--gradescope", str(tmp_path / "again.zip"), "--rubric", str(rubric), "--hidden-tests",
+                 str(tmp_path / "hidden")])

@@ -27,7 +27,7 @@ from minilin.grading.classroom import grade_command, step_id  # noqa: F401 (grad
 from minilin.grading.checks import CannotGrade
 from minilin.grading.course import CHAPTERS, TASKS, load_hidden, task_key
 from minilin.grading.honesty import stubify
-from minilin.grading.rubric import check_weights, default_points, fmt_points, load_rubric
+from minilin.grading.rubric import Points, check_weights, default_points, fmt_points, load_rubric
 
 ROOT = Path(__file__).resolve().parents[2]
 # results/reference: the committed results notebooks read (06's GPU sweeps if any, 07's reference sweep)
@@ -86,6 +86,8 @@ def main(argv=None):
     points = load_rubric(args.rubric) if args.rubric else default_points()
     if args.rubric:  # one weight per check, the teacher's hidden checks included: as `grade` will count them
         check_weights(points, check_counts(points.weights, hidden), f"--rubric {args.rubric}")
+    full, (points, cut) = points, shipped_points(points, hidden, f"--rubric {args.rubric}")
+    check_weights(points, check_counts(points.weights, {}), f"--rubric {args.rubric} (as shipped)")
     total = fmt_points(sum(points.values()))
     if out is not None:
         skip = {Path(args.hidden_tests).resolve()} if args.hidden_tests else set()
@@ -100,10 +102,36 @@ def main(argv=None):
         files = write_gradescope(Path(args.gradescope), points)
         print(f"wrote {args.gradescope}: a Gradescope autograder ({files} files: setup.sh, run_autograder, the "
               f"package, rubric.toml; {len(TASKS)} tasks, {total} points)")
+    if cut and (out is not None or args.gradescope is not None):
+        print(f"the shipped rubric weighs only the public checks of task{'s' if len(cut) > 1 else ''} "
+              f"{', '.join(cut)} (its hidden checks are not shipped; `grade --hidden-tests` uses all "
+              f"{sum(len(full.weights[t]) for t in cut)} weights)")
     if hidden:
         print(f"hidden checks for tasks {', '.join(sorted(hidden, key=task_key))} were not shipped; grade with "
               f"`python -m minilin grade --submissions DIR --out gradebook.csv --hidden-tests {args.hidden_tests}`")
     return 0
+
+
+def shipped_points(points, hidden, source):
+    """(points, cut): the rubric the student copy's Classroom workflow and the Gradescope bundle grade with. They
+    run the public checks only (a teacher's hidden checks are never shipped), so a weight list that also weighs
+    a task's hidden checks is cut to its public checks (`cut`: those tasks), never left to zero a class there;
+    refused here when the public checks would weigh nothing."""
+    weights, cut = {}, []
+    for task_id, items in getattr(points, "weights", {}).items():
+        try:
+            public = len(TASKS[task_id].public_steps)
+        except CannotGrade:
+            public = len(items)
+        if task_id in hidden and len(items) > public:
+            items, cut = items[:public], cut + [task_id]
+            if not any(items):
+                raise UsageError(f"{source}: [weights] \"{task_id}\" gives task {task_id}'s {public} public checks "
+                                 "weight 0, and the Classroom workflow and the Gradescope bundle run only the "
+                                 f"public checks (hidden ones are never shipped): give one of its first {public} "
+                                 "weights a value > 0")
+        weights[task_id] = items
+    return Points(dict(points), weights=weights), sorted(cut, key=task_key)
 
 
 def check_counts(task_ids, hidden):
