@@ -4,28 +4,28 @@ Implement each function, then grade yourself:  python -m minilin grade --chapter
 Shapes follow the course convention: q (B, H, N, D), k (B, H, M, D), v (B, H, M, Dv); mask (B, M) bool with
 True = real token. Projections E, F are (k, seq_len) shared by heads, or (H, k, seq_len) one per head, with
 seq_len >= M. Do not call minilin.linformer here (minilin.attention.softmax_attention is allowed).
-Tasks 3.1-3.4 revisit the notebook; Tasks 3.5 and 3.6 are extend tasks: the chapter's idea on a new case.
+Each task uses the chapter's idea on a case the notebook did not solve; Tasks 3.5 and 3.6 are the extend tasks.
 """
 import torch
 
 from minilin.attention import softmax_attention
 
 
-def project_sequence(x, E, mask=None):
-    """Task 3.1: project keys (or values) along the sequence axis: slot j = Σ_i E[j, i] · x_i.
+def mean_pool_projection(k, n, dtype=torch.float64):
+    """Task 3.1: a fixed mean-pooling projection E (k, n) for any n >= k, windows as equal as possible.
 
-    Revisits notebook 03, section 2 (steps 1-2) and section 8 (short sequences and padding).
-    x: (B, H, M, D), E: (k, seq_len) or (H, k, seq_len), mask: (B, M) bool or None  ->  (B, H, k, D)
-    Use only the first M columns of E (shorter sequences). Padded positions (mask False) must contribute nothing,
-    even if x holds NaN there (a product with 0 keeps NaN). The grader checks both E layouts, two shapes each
-    (two head sizes, two lengths M < seq_len), with and without padding (NaN stored in the padding).
+    Practises notebook 03's structured projections on a case the package refuses: minilin's mean_pool_matrix needs
+    n divisible by k. Here the n positions are cut into k contiguous windows in order, the first (n mod k) windows
+    one position longer than the others (as torch.tensor_split cuts); row j averages window j (weight 1/size on its
+    positions, 0 elsewhere). Return a (k, n) tensor of `dtype`; raise ValueError unless 1 <= k <= n. The grader
+    checks several (k, n), divisible and not, against a loop that builds the windows one by one.
 
-    Hint 1 (nudge): slot j is a weighted sum over the *positions* of x, so E acts on the M axis, from the left.
-        What should a padded position add to that sum, and what does 0 times NaN give?
-    Hint 2 (plan): keep E's first M columns; turn the (B, M) mask into a shape that broadcasts over heads and
-        features; replace x by zero at the padded positions (a fill, not a product); one matrix product.
-    Hint 3 (formula): out[b, h, j] = Σ_{i < M} E[(h,) j, i] · x̃[b, h, i], where x̃[b, h, i] = x[b, h, i] if
-        mask[b, i] is True and 0 otherwise; a (k, M) or (H, k, M) matrix times (B, H, M, D) broadcasts.
+    Hint 1 (nudge): with n = 10 and k = 4 the window sizes are 3, 3, 2, 2. Where does each window start?
+    Hint 2 (plan): check k; start from a (k, n) zero matrix; split the positions 0..n-1 into the k windows; write
+        1/size into row j on the positions of window j.
+    Hint 3 (formula): E[j, s] = 1 / size_j when position s lies in window j, else 0, where size_j is the ceiling of
+        n/k for the first (n mod k) windows and the floor of n/k for the rest, and the windows follow each other
+        without gaps from position 0.
     """
     raise NotImplementedError("Task 3.1")
 
@@ -33,9 +33,11 @@ def project_sequence(x, E, mask=None):
 def linformer_forward(q, k, v, E, F, mask=None):
     """Task 3.2: Linformer attention softmax(q (E k)ᵀ / √D) (F v) (paper eq. 7, arXiv 2006.04768).
 
-    Revisits notebook 03, section 2 (all four steps in one function), with padding and one E per head.
+    Extends notebook 03, section 1 (all four steps in one function) to padding, N != M and one E per head.
     q: (B, H, N, D), k: (B, H, M, D), v: (B, H, M, Dv), E, F as above  ->  (B, H, N, Dv)
-    Project k with E and v with F (your project_sequence, with the mask), then exact attention over the k slots.
+    Project k with E and v with F along the sequence axis, using only the first M columns of E and F (a shorter
+    sequence) and zeroing padded keys and values first (mask False: they feed no slot, even if they hold NaN), then
+    exact attention over the k slots.
     Raise ValueError if M exceeds the number of columns of E or F (Linformer has a fixed maximum length).
     You may assume dense E, F (every slot receives some real position). The grader compares with minilin's
     reference for shared and per-head E, two head sizes D, N != M, with and without padding; checks that
@@ -43,50 +45,52 @@ def linformer_forward(q, k, v, E, F, mask=None):
 
     Hint 1 (nudge): after the projection this is ordinary exact attention, with k projected keys and values in
         place of the M keys and values. Which function that you may call already does exact attention?
-    Hint 2 (plan): compare M with the column count of E and of F first; project keys and values with Task 3.1
-        (mask included); scores are (B, H, N, k); softmax over the slots; times the projected values. No mask is
+    Hint 2 (plan): compare M with the column count of E and of F first; replace padded keys and values by zero
+        (a fill, not a product: 0 times NaN is NaN); keep the first M columns of E and F; a (k, M) or (H, k, M)
+        matrix times (B, H, M, D) broadcasts; then exact attention over the k projected keys and values. No mask is
         needed after the projection: padding is already out of every slot.
-    Hint 3 (formula): out = softmax(q (Ẽ K)ᵀ / √D) (F̃ V), with Ẽ K and F̃ V the projected, masked keys and values
-        of Task 3.1 and √D the square root of the query's last dimension.
+    Hint 3 (formula): out = softmax(q (Ẽ K̃)ᵀ / √D) (F̃ Ṽ), with Ẽ, F̃ the first M columns of E, F, K̃ and Ṽ the keys
+        and values with padded rows set to zero, and √D the square root of the query's last dimension.
     """
     raise NotImplementedError("Task 3.2")
 
 
-def projection_matrix_count(sharing, layers, heads):
-    """Task 3.3: how many (k, n) projection matrices a Linformer with `layers` layers of `heads` heads stores.
+def slot_probe_r2(x, coeffs, k):
+    """Task 3.3: how much of a signal's coefficients k linear slots of the input can carry (R^2 of a probe).
 
-    Revisits notebook 03, section 6.
-    sharing: "none" (E_i, F_i per head), "headwise" (one E, one F per layer), "kv" (E = F per layer),
-    "layerwise" (a single E for the whole model). Paper sec. 4: a 12-layer 12-head model stores 24 / 12 / 1
-    matrices for headwise / kv / layerwise. Return a Python int; raise ValueError for any other `sharing`.
-    The grader checks every mode at four (layers, heads) pairs.
+    Practises notebook 03, section 5 (why too few slots fall behind) on signals the notebook did not use.
+    x: (B, n) noisy signals, coeffs: (B, c) the coefficients of their clean parts, k: int, 1 <= k <= n.
+    The k slots of a signal are its coordinates along the top-k principal directions of x (the right singular
+    vectors of x after subtracting each position's mean over the B signals, largest singular values first): the k
+    linear summaries of the input that keep the most of its variance. Fit least squares with a bias from the (B, k)
+    slots to coeffs and return, as a Python float, R^2 = 1 - (sum of squared residuals) / (sum of squared deviations
+    of coeffs from their mean over the batch), on the same B signals. The grader draws sums of 2, 3 and 6 sinusoids
+    (not the notebook's 4) at two lengths and compares with its own probe for several k.
 
-    Hint 1 (nudge): count per layer first (how many matrices does one layer keep in each mode?), then decide
-        which modes multiply by the number of layers.
-    Hint 2 (plan): for each mode ask two questions: over what is one set of projections shared (a head, a
-        layer, the whole model), and does that set hold two matrices (E and F) or one (E = F)? Check the mode is
-        one of the four before counting.
-    Hint 3 (formula): count = (matrices in one set) × (number of sets), where a set holds 2 matrices when E and F
-        are separate and 1 when they are the same, and there is one set per head of every layer, per layer, or
-        for the whole model; the paper's 12 × 12 numbers above let you test each mode.
+    Hint 1 (nudge): a Linformer's F turns a length-n signal into k numbers Fx. Which k numbers keep the most of
+        x's variance, and how do you score how well they predict the coefficients?
+    Hint 2 (plan): centre x over the batch; singular value decomposition; keep the first k right singular
+        vectors; project the centred x on them; append a column of ones; least squares to coeffs; compare the
+        residual with the spread of coeffs.
+    Hint 3 (formula): with X the centred signals and V_k the first k right singular vectors, S = X V_k (B, k);
+        W minimises the squared error of [S, 1] W against the coefficients C; R^2 = 1 - |[S, 1] W - C|^2 / |C - mean(C)|^2.
     """
     raise NotImplementedError("Task 3.3")
 
 
-def fan_in_init(k, n, generator, dtype=torch.float64):
-    """Task 3.4: a (k, n) projection whose projected keys keep the scale of the keys: entries N(0, 1/n).
+def slots_needed(x, coeffs, share):
+    """Task 3.4: the smallest k whose slots carry a given share of the coefficients (predict it, then measure).
 
-    Revisits notebook 03, section 5.
-    Slot j of E K sums n keys, Var[(E K)_j] = n · Var[E_ji] · Var[K]; choose Var[E_ji] so the ratio is 1.
-    Draw from `generator`. The grader (seed 0, (k, n) = (64, 1024) and (32, 2048)) checks the shape and dtype,
-    that variance · n is within 0.05 of 1 and the mean within 5 standard errors of 0, that Var[E K] / Var[K]
-    is within 0.1 of 1, and that the same seed gives the same matrix.
+    Notebook 03, section 5 found that a Linformer's k sets how much of the signal its slots can pass on. Here: the
+    smallest k (a Python int, 1 <= k <= n) for which slot_probe_r2(x, coeffs, k) >= share, or n + 1 when no k
+    reaches it. Before you run it, predict the answer for a sum of f sinusoids (2f coefficients) at share 0.9. The
+    grader compares with its own measurement on sums of 2, 3 and 5 sinusoids, at two shares. It calls your
+    slot_probe_r2, so Task 3.3 must pass first.
 
-    Hint 1 (nudge): Var[(E K)_j] / Var[K] = n · Var[E_ji]. Which variance makes this 1, and how do you scale a
-        standard normal to have it?
-    Hint 2 (plan): one (k, n) standard-normal draw from the generator, in the requested dtype, times a scalar
-        that depends on n only (torch.randn takes a generator and a dtype).
-    Hint 3 (formula): E_ij = g_ij / √n with g_ij ~ N(0, 1) drawn from `generator`, so Var[E_ij] = 1/n.
+    Hint 1 (nudge): R^2 can only grow when k grows (more slots, a larger space of fits). So where do you start?
+    Hint 2 (plan): try k = 1, 2, ... in order with your Task 3.3 and return the first k that reaches the share.
+    Hint 3 (formula): the answer is min { k : R^2(k) >= share }, found by trying k in increasing order, and n + 1
+        when even k = n falls short.
     """
     raise NotImplementedError("Task 3.4")
 
@@ -94,9 +98,8 @@ def fan_in_init(k, n, generator, dtype=torch.float64):
 def linformer_slots(q, k, v, E, F, mask=None):
     """Task 3.5 (extend task): Linformer with structured projections, where a slot may hold no real token.
 
-    Extends notebook 03, sections 6 and 8: section 6 builds structured projections (pooling, convolution), and
-    section 8 notes that padding, or a sequence shorter than seq_len, can leave a slot with no real position;
-    here you make the forward pass handle it. Same shapes as Task 3.2 (E and F each shared or per head).
+    Extends notebook 03's appendices on structured projections (pooling, convolution) and padding: padding, or a
+    sequence shorter than seq_len, can leave a slot with no real position; here you make the forward pass handle it. Same shapes as Task 3.2 (E and F each shared or per head).
     A slot j "holds a token" in sequence b (and head h, for per-head projections) when E or F gives a nonzero
     weight to at least one real position i < M. A slot that holds none is not a token: leave it out of the
     softmax, as exact attention leaves out a padded key. A query left with no slot at all returns zeros
@@ -111,7 +114,7 @@ def linformer_slots(q, k, v, E, F, mask=None):
         What did notebook 01 do with a key that must get no weight at all?
     Hint 2 (plan): from the mask, the weight each slot puts on real positions (E's first M columns, their
         absolute values summed over the real positions: (B, k), or (B, H, k) per head); a slot is live when
-        that sum is positive for E or for F; project as in Task 3.1; give dead slots a score of minus infinity
+        that sum is positive for E or for F; project as in Task 3.2; give dead slots a score of minus infinity
         before the softmax; turn the NaN of an all-dead row into zeros.
     Hint 3 (formula): live[b, (h,) j] = (Σ_{i<M, mask[b,i]} |E[(h,) j, i]| > 0) or (the same sum for F > 0);
         out[b, h, t] = Σ_{j live} a_tj (F̃ V)_j with a_tj = exp(s_tj) / Σ_{j' live} exp(s_tj'), s_tj the scaled
@@ -123,7 +126,7 @@ def linformer_slots(q, k, v, E, F, mask=None):
 def linformer_matmul_flops(batch, heads, n, m, d, dv, proj_len):
     """Task 3.6 (extend task): the matmul FLOPs of Linformer cross-attention, as a Python int.
 
-    Extends notebook 03, section 3, which counts 8·n·k·d per head for self-attention (N = M, Dv = D). Here
+    Extends notebook 03, section 2, which counts 8·n·k·d per head for self-attention (N = M, Dv = D). Here
     the queries and keys have different lengths n and m and the values a different width dv: q (B, H, n, d),
     k (B, H, m, d), v (B, H, m, dv), one shared (proj_len, m) E and F, no mask. Count what FlopCounterMode
     counts (2 FLOPs per multiply-add of a matrix product; the softmax is not counted). The grader compares

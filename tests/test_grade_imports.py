@@ -53,12 +53,12 @@ ROUTES = {"1.2": "minilin.attention is not allowed", "1.3": "attention.py",
           "1.4": "minilin.attention.softmax_attention is not allowed",
           "1.5": "linformer.LinformerSelfAttention is not allowed"}
 WITHOUT_THE_GUARD = '''
-def project_sequence(x, E, mask=None):  # Task 3.1: remove the import hook, then import a module built at run time
+def mean_pool_projection(k, n, dtype=None):  # Task 3.1: remove the import hook, then import a module built at run time
     import importlib
     import sys
     sys.meta_path[:] = [f for f in sys.meta_path if type(f).__name__ != "Guard"]
     sys.modules["mini" + "lin"].__dict__.pop("__getattr__", None)
-    return importlib.import_module("remrofnil.nilinim"[::-1]).project_sequence(x, E, mask=mask)
+    return importlib.import_module("remrofnil.nilinim"[::-1]).mean_pool_matrix(k, n, dtype=dtype)
 '''
 PEERS_IN_CHAPTER_5 = '''
 def transplant_into_lat(ours, lat):

@@ -50,10 +50,31 @@ MUTANTS = {
         "        v = v.masked_fill(~mask[:, None, :, None], 0.0)\n"
         "    kp, vp = E[..., :6] @ k[:, :, :6], F[..., :6] @ v[:, :, :6]\n"
         "    return torch.softmax(q @ kp.transpose(-2, -1) / math.sqrt(q.shape[-1]), -1) @ vp\n")),
-    "3.4-scale-hard-coded-for-n-1024": ("3.4", (
+    "3.1-equal-windows-last-takes-the-rest": ("3.1", (
         "import torch\n"
-        "def fan_in_init(k, n, generator, dtype=torch.float64):\n"
-        "    return torch.randn(k, n, generator=generator, dtype=dtype) / 32.0\n")),
+        "def mean_pool_projection(k, n, dtype=torch.float64):\n"
+        "    if not 1 <= k <= n:\n"
+        "        raise ValueError('k')\n"
+        "    E, w = torch.zeros(k, n, dtype=dtype), n // k\n"
+        "    for j in range(k):\n"
+        "        end = n if j == k - 1 else (j + 1) * w\n"
+        "        E[j, j * w:end] = 1.0 / (end - j * w)\n"
+        "    return E\n")),
+    "3.3-first-k-positions-as-slots": ("3.3", (
+        "import torch\n"
+        "def slot_probe_r2(x, coeffs, k):\n"
+        "    A = torch.cat([x[:, :k], torch.ones_like(x[:, :1])], dim=1)\n"
+        "    W = torch.linalg.lstsq(A, coeffs).solution\n"
+        "    return float(1 - ((A @ W - coeffs) ** 2).sum() / ((coeffs - coeffs.mean(0)) ** 2).sum())\n")),
+    "3.3-the-k-over-2f-rule": ("3.3", (
+        "def slot_probe_r2(x, coeffs, k):\n"
+        "    return min(1.0, k / coeffs.shape[1])\n")),
+    "3.4-hard-coded-8": ("3.4", (
+        "def slots_needed(x, coeffs, share):\n"
+        "    return 8\n")),
+    "3.4-one-slot-per-coefficient-whatever-the-share": ("3.4", (
+        "def slots_needed(x, coeffs, share):\n"
+        "    return coeffs.shape[1]\n")),
     "3.5-padded-slots-stay-in-the-softmax": ("3.5", (
         "import math\nimport torch\n"
         "def linformer_slots(q, k, v, E, F, mask=None):\n"
