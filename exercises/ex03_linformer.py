@@ -33,7 +33,7 @@ def mean_pool_projection(k, n, dtype=torch.float64):
 def linformer_forward(q, k, v, E, F, mask=None):
     """Task 3.2: Linformer attention softmax(q (E k)ᵀ / √D) (F v) (paper eq. 7, arXiv 2006.04768).
 
-    Extends notebook 03, section 1 (all four steps in one function) to padding, N != M and one E per head.
+    Extends notebook 03, section 2 (all four steps in one function) to padding, N != M and one E per head.
     q: (B, H, N, D), k: (B, H, M, D), v: (B, H, M, Dv), E, F as above  ->  (B, H, N, Dv)
     Project k with E and v with F along the sequence axis, using only the first M columns of E and F (a shorter
     sequence) and zeroing padded keys and values first (mask False: they feed no slot, even if they hold NaN), then
@@ -58,7 +58,7 @@ def linformer_forward(q, k, v, E, F, mask=None):
 def slot_probe_r2(x, coeffs, k):
     """Task 3.3: how much of a signal's coefficients k linear slots of the input can carry (R^2 of a probe).
 
-    Practises notebook 03, section 5 (why too few slots fall behind) on signals the notebook did not use.
+    Practises notebook 03, section 6 (why too few slots fall behind) on signals the notebook did not use.
     x: (B, n) noisy signals, coeffs: (B, c) the coefficients of their clean parts, k: int, 1 <= k <= n.
     The k slots of a signal are its coordinates along the top-k principal directions of x (the right singular
     vectors of x after subtracting each position's mean over the B signals, largest singular values first): the k
@@ -81,7 +81,7 @@ def slot_probe_r2(x, coeffs, k):
 def slots_needed(x, coeffs, share):
     """Task 3.4: the smallest k whose slots carry a given share of the coefficients (predict it, then measure).
 
-    Notebook 03, section 5 found that a Linformer's k sets how much of the signal its slots can pass on. Here: the
+    Notebook 03, section 6 found that a Linformer's k sets how much of the signal its slots can pass on. Here: the
     smallest k (a Python int, 1 <= k <= n) for which slot_probe_r2(x, coeffs, k) >= share, or n + 1 when no k
     reaches it. Before you run it, predict the answer for a sum of f sinusoids (2f coefficients) at share 0.9. The
     grader compares with its own measurement on sums of 2, 3 and 5 sinusoids, at two shares. It calls your
@@ -126,7 +126,7 @@ def linformer_slots(q, k, v, E, F, mask=None):
 def linformer_matmul_flops(batch, heads, n, m, d, dv, proj_len):
     """Task 3.6 (extend task): the matmul FLOPs of Linformer cross-attention, as a Python int.
 
-    Extends notebook 03, section 2, which counts 8·n·k·d per head for self-attention (N = M, Dv = D). Here
+    Extends notebook 03, section 3, which counts 8·n·k·d per head for self-attention (N = M, Dv = D). Here
     the queries and keys have different lengths n and m and the values a different width dv: q (B, H, n, d),
     k (B, H, m, d), v (B, H, m, dv), one shared (proj_len, m) E and F, no mask. Count what FlopCounterMode
     counts (2 FLOPs per multiply-add of a matrix product; the softmax is not counted). The grader compares
