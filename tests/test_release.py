@@ -8,6 +8,7 @@ notebooks that read committed files run there under strict nbval.
 """
 import ast
 import base64
+import builtins
 import importlib.metadata
 import json
 import os
@@ -273,16 +274,57 @@ def test_release_readme_needs_the_marked_sections():
         student_readme("# a README\n\nno marked sections\n", {"1.1": 1})
 
 
+def _bound_and_used(source):
+    """The names a cell binds and the names it reads (IPython magics and shell lines dropped)."""
+    tree = ast.parse("\n".join(line for line in source.splitlines() if not line.lstrip().startswith(("%", "!"))))
+    bound, used = set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            (bound if isinstance(node.ctx, (ast.Store, ast.Del)) else used).add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound.add(node.name)
+        elif isinstance(node, ast.alias):
+            bound.add((node.asname or node.name).split(".")[0])
+        elif isinstance(node, ast.arg):
+            bound.add(node.arg)
+    return bound, used
+
+
 def committed_cells(path):
-    """A notebook's first code cell (its imports) and the code cells that read results/reference/, or []."""
-    code = [c for c in json.loads(path.read_text(encoding="utf-8"))["cells"] if c["cell_type"] == "code"]
-    reads = [c for c in code[1:] if re.search(r'"results" / "reference"|results/reference/', "".join(c["source"]))]
-    return [code[0], *reads] if reads else []
+    """A notebook's first code cell (its imports), the code cells that read results/reference/, and each
+    earlier cell that last defines a name they use (transitively), in the notebook's order; or []."""
+    cells = [c for c in json.loads(path.read_text(encoding="utf-8"))["cells"] if c["cell_type"] == "code"]
+    code = ["".join(c["source"]) for c in cells]
+    names = [_bound_and_used(s) for s in code]
+    keep = {0} | {i for i, s in enumerate(code) if i and re.search(r'"results" / "reference"|results/reference/', s)}
+    if keep == {0}:
+        return []
+    todo = sorted(keep)
+    while todo:
+        i = todo.pop()
+        for name in names[i][1] - names[i][0] - set(dir(builtins)):
+            j = next((j for j in range(i - 1, -1, -1) if name in names[j][0]), None)
+            if j is not None and j not in keep:
+                keep.add(j)
+                todo.append(j)
+    return [cells[i] for i in sorted(keep)]
+
+
+def test_committed_cells_bring_the_definitions_their_readers_use(tmp_path):
+    cell = lambda s: {"cell_type": "code", "source": s, "metadata": {}, "outputs": [], "execution_count": None}
+    nb = {"cells": [cell("import json"), cell("a = 1\nunused = 2"), cell("def f(x):\n    return x + a"),
+                    cell("b = 5"), cell('json.loads(open("results/reference/x.json").read()); print(f(3))')]}
+    (tmp_path / "n.ipynb").write_text(json.dumps(nb))
+    assert [c["source"] for c in committed_cells(tmp_path / "n.ipynb")] == [nb["cells"][i]["source"] for i in (0, 1, 2, 4)]
+    nb["cells"] = nb["cells"][:4]
+    (tmp_path / "n.ipynb").write_text(json.dumps(nb))
+    assert committed_cells(tmp_path / "n.ipynb") == []
 
 
 def test_release_notebooks_that_read_committed_files_run_there_under_strict_nbval(release):
     """Notebook 00 (it grades exercises/) in full; of the others, only the cells that read results/reference/
-    (with their notebook's imports), in one notebook: a full run of 06 or 07 takes many minutes on 2 cores."""
+    (with their notebook's imports and the cells defining what they use), in one notebook: a full run of 06
+    or 07 takes many minutes on 2 cores."""
     folder = release.out / "notebooks"
     template = json.loads((folder / "00_start_here.ipynb").read_text(encoding="utf-8"))
     readers = {p.name: committed_cells(p) for p in sorted(folder.glob("[0-9][0-9]_*.ipynb"))
