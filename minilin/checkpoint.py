@@ -1,8 +1,9 @@
 """Checkpoint files: atomic writes, weights-only reads, and errors that say what to do.
 
 A save writes a hidden temporary file next to the target (`.NAME.tmpPID`), fsyncs it, then renames it over
-the target: readers see the old checkpoint or the new one, never half of one. An exception, Ctrl-C or SIGTERM
-during the save removes the temporary file; a save killed outright (SIGKILL, power cut) cannot, so the next
+the target: readers see the old checkpoint or the new one, never half of one. Ctrl-C during a save is held
+until the save ends (torch.save's zip writer, cut by KeyboardInterrupt, fails with a RuntimeError of its own),
+then raised. An exception or SIGTERM during the save removes the temporary file; a save killed outright (SIGKILL, power cut) cannot, so the next
 save into the same folder removes temporary files whose process is gone.
 
 A load uses torch.load(weights_only=True) (tensors and plain containers only: a checkpoint cannot run code
@@ -75,13 +76,42 @@ class _CleanExitOnSigterm:
             signal.signal(signal.SIGTERM, self.previous)
 
 
+class deferred_interrupt:
+    """Hold Ctrl-C (SIGINT) until the block ends, then raise KeyboardInterrupt.
+
+    Only where Python's default SIGINT handler is installed and on the main thread; nested blocks hold it
+    until the outermost one ends (e.g. a save and the note of what it saved).
+    """
+
+    _holding = False
+
+    def __enter__(self):
+        self.installed, self.hit = False, False
+        if (threading.current_thread() is threading.main_thread() and not deferred_interrupt._holding
+                and signal.getsignal(signal.SIGINT) is signal.default_int_handler):
+            self.previous = signal.signal(signal.SIGINT, self._hold)
+            deferred_interrupt._holding = self.installed = True
+        return self
+
+    def _hold(self, signum, frame):
+        self.hit = True
+
+    def __exit__(self, exc_type, *exc):
+        if self.installed:
+            signal.signal(signal.SIGINT, self.previous)
+            deferred_interrupt._holding = False
+            if self.hit and exc_type is None:
+                raise KeyboardInterrupt
+        return False
+
+
 def save_checkpoint(obj, path):
     """torch.save `obj` to `path` atomically (temporary file in the same folder, fsync, os.replace)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_temp_files(path)
     tmp = _temp_path(path)
-    with _CleanExitOnSigterm():
+    with deferred_interrupt(), _CleanExitOnSigterm():
         try:
             with open(tmp, "wb") as f:
                 torch.save(obj, f)

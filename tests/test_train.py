@@ -114,6 +114,25 @@ def test_checkpoint_write_is_atomic(tmp_path):
     assert os.listdir(tmp_path) == ["ckpt.pt"]  # and no temporary file is left behind
 
 
+def test_ctrl_c_during_a_save_is_raised_after_it(tmp_path, monkeypatch):
+    """SIGINT inside torch.save would break its zip writer (a RuntimeError, exit 1): it is held to the end."""
+    path, real_save = tmp_path / "ckpt.pt", torch.save
+    save_checkpoint({"w": torch.arange(3)}, path)
+
+    def interrupted_save(obj, f, *args, **kwargs):
+        os.kill(os.getpid(), signal.SIGINT)          # Ctrl-C arrives while the file is being written
+        real_save(obj, f, *args, **kwargs)
+    monkeypatch.setattr(torch, "save", interrupted_save)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)   # as `python -m minilin` runs
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            save_checkpoint({"w": torch.arange(5)}, path)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert torch.equal(load_checkpoint(path)["w"], torch.arange(5))   # the save finished before the interrupt
+    assert os.listdir(tmp_path) == ["ckpt.pt"]
+
+
 class NotAWeight:
     pass
 

@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 
 from minilin.checkpoint import (
-    CheckpointError, check_writable, load_weights, read_lm_checkpoint, restore_run, save_run)
+    CheckpointError, check_writable, deferred_interrupt, load_weights, read_lm_checkpoint, restore_run, save_run)
 from minilin.cli import report_progress
 from minilin.data import IGNORE, bits, make_data
 from minilin.device import data_parallel, distributed_env, join_process_group, ranks_agree, resolve_device
@@ -249,8 +249,9 @@ def run_steps(run, *, progress=False, stop_at=None, log=None):
         interval_hit = config.ckpt_interval and done % config.ckpt_interval == 0
         report_progress(where=f"at step {done} of {config.steps}")
         if run.path is not None and (interval_hit or done == last):
-            save_run(run)
-            report_progress(kept=f"{run.path} holds step {done} (resume with --resume {run.path})")
+            with deferred_interrupt():   # Ctrl-C in a save: after it, and after the note of what it saved
+                save_run(run)
+                report_progress(kept=f"{run.path} holds step {done} (resume with --resume {run.path})")
     bar.close()
     if run.world > 1 and not ranks_agree(model):
         raise RuntimeError("DDP ranks ended with different weights or buffers; this is a bug")
