@@ -6,10 +6,10 @@ mask (B, M) bool with True = real token (a key padding mask). Do not call minili
 
 Every task uses the chapter's ideas on a case notebook 01 does not build: grouped-query scores (1.1), a softmax
 with an extra zero logit (1.2), a prefix-LM mask (1.3), the attention that combines them (1.4), and the share of
-saturated softmax rows at any scale (1.5, the chapter's main finding measured on your own cases). Tasks 1.6 and 1.7
-are extend tasks: decoding with a key/value cache, and a sliding-window mask.
+saturated softmax rows at any scale (1.5, measured on your own cases). Tasks 1.6 and 1.7 are optional extend tasks:
+decoding with a key/value cache, and a sliding-window mask.
 
-Each task has three hints, from a nudge to the formula. Read one, try, and read the next only if you are stuck.
+Each task has three hints, from a nudge to the formula in words. Read one, try, and read the next only if you are stuck.
 """
 import torch
 
@@ -26,7 +26,9 @@ def scaled_scores(q, k):
     Hint 1 (nudge): first make a key tensor with one key head per query head; then it is the notebook's scores.
     Hint 2 (plan): the group size is H divided by G; repeat each key head that many times, next to itself, along
         the head axis (not the whole block of G heads over again); then the scaled dot products over D.
-    Hint 3 (formula): scores[b, h, i, j] = Σ_d q[b, h, i, d] · k[b, h // (H/G), j, d] / √D.
+    Hint 3 (formula): each score is the dot product of a query of head h with a key of the key head that serves
+        h's group (groups are consecutive runs of H/G query heads, counted from 0), divided by the square root of
+        the head dimension.
     """
     raise NotImplementedError("Task 1.1")
 
@@ -44,7 +46,9 @@ def stable_softmax(scores, dim=-1):
     Hint 2 (plan): one reduction along `dim` with keepdim=True gives the row's largest score; the constant is the
         larger of that and 0; exponentiate the shifted scores; the denominator is the shifted extra entry plus the
         row sum of the shifted exponentials. Check what happens for an all -inf row: no patch should be needed.
-    Hint 3 (formula): c = max(0, max_j s_j); weight_j = exp(s_j - c) / (exp(-c) + Σ_j' exp(s_j' - c)).
+    Hint 3 (formula): the shift is the larger of zero and the row's largest score; a weight is the shifted
+        exponential of its score, divided by the shifted exponential of the extra zero plus the sum of the row's
+        shifted exponentials. The shift cancels between top and bottom, as in the notebook's step 3.
     """
     raise NotImplementedError("Task 1.2")
 
@@ -66,7 +70,9 @@ def causal_mask(n, m, prefix=0):
     Hint 2 (plan): a column of query positions (N, 1), counted from M - N, and a row of key positions (1, M);
         compare them for the causal part; compare the key positions with `prefix` for the other; broadcasting
         gives the (N, M) table.
-    Hint 3 (formula): mask[i, j] = (j <= i + (M - N)) or (j < prefix).
+    Hint 3 (formula): a key is visible when its position is at most the query's own position (the query's
+        index shifted by the number of keys that come before the first query), or when it is one of the first
+        `prefix` positions.
     """
     raise NotImplementedError("Task 1.3")
 
@@ -83,8 +89,9 @@ def attention(q, k, v, mask=None, causal=False):
     Hint 2 (plan): grouped scores (B, H, N, M); a visibility table: the causal mask (N, M) if asked, combined with
         `&` with the padding mask as (B, 1, 1, M); hidden scores set to -inf; Task 1.2's softmax over the key axis;
         then a weighted sum with the values, repeated per group as the keys were.
-    Hint 3 (formula): out[b, h, i] = Σ_j w[b, h, i, j] · v[b, h // (H/G), j], where w is Task 1.2's softmax over j
-        of the grouped scores, with -∞ wherever key j is padding or (causal) in query i's future.
+    Hint 3 (formula): each output row is the sum of the values of its query head's key head, weighted by Task
+        1.2's softmax of the grouped scores, after every score of a padded key or (causal) a future key was set
+        to minus infinity.
     """
     raise NotImplementedError("Task 1.4")
 
@@ -94,17 +101,18 @@ def saturated_rows(q, k, scale=None, threshold=0.99):
 
     q: (B, H, N, D), k: (B, H, M, D); scale: the factor on q · k (None: 1/√D); threshold: a float in (0, 1)
     ->  (B, H) float64 tensor: the share of the N rows of softmax(scale · q kᵀ) whose largest weight is >= threshold.
-    Notebook 01 found that without the 1/√D scale a growing share of rows saturates as D grows, and that their
-    gradient dies. Measure it on cases the notebook did not use. Before you run it, predict, then check:
+    Notebook 01's appendix found that without the 1/√D scale (q and k at unit variance) a growing share of rows
+    saturates as D grows, and that their gradient dies. Measure it on cases the notebook did not use. Before you run it, predict, then check:
     (a) unit-variance q and k, D = 48, M = 64 keys, scale 1: what share of rows reaches 0.99?
     (b) the same with μP's scale 1/D (Yang et al. 2022, arXiv 2203.03466): more or fewer than with 1/√D, and why?
-    Checked on random q, k with head sizes 8 to 96, scales 1/√D, 1, 0.7 and 1/D, thresholds 0.1 to 0.99.
+    Checked on random q, k with head sizes 8 to 96, scales 1/√D, 1, 0.7 and 1/D, thresholds 0.075 to 0.99.
 
     Hint 1 (nudge): a row is saturated when one key takes almost all of its weight; look at each row's largest
         weight.
     Hint 2 (plan): the scaled scores, a softmax over the key axis, the largest weight of each row, compared with
         the threshold; then the share of True over the query axis, as float64.
-    Hint 3 (formula): result[b, h] = (1/N) · #{i : max_j softmax_j(scale · q_i · k_j) >= threshold}.
+    Hint 3 (formula): for each batch and head, count the query rows whose largest softmax weight (of the scaled
+        scores, over the keys) is at least the threshold, and divide by the number of query rows.
     """
     raise NotImplementedError("Task 1.5")
 
@@ -129,8 +137,9 @@ def decode_step(k_cache, v_cache, q_new, k_new, v_new):
     Hint 2 (plan): put the cached and the new keys on one time axis (the cache first), the same for the values;
         attend from the T new queries to all of them with the causal flag on; hand back the output and the two
         longer caches, for the next step to use.
-    Hint 3 (formula): K' = [K_cache; K_new] and V' = [V_cache; V_new] along the time axis (length M = t + T);
-        out[b, h, i] = Σ_{j <= t + i} softmax_j(q_new[b, h, i] · K'[b, h, j] / √D) V'[b, h, j], i = 0..T-1.
+    Hint 3 (formula): the keys are the cached keys followed by the new ones, and the same for the values; new
+        query i sits at position t + i, so it sees every cached key and the new keys up to its own position, and
+        its output is the softmax-weighted average of the values of those keys.
     """
     raise NotImplementedError("Task 1.6")
 
@@ -145,7 +154,7 @@ def local_attention(q, k, v, window, mask=None):
     (rows sum to 1) over the visible keys, not Task 1.2's.
 
     Extends notebook 01, section 2 (the padding mask and the causal flag) to local attention, the "sliding
-    window" that notebook 02, section 2(b) measures. Checked against plain loops (windows 1 and 3, D = 4 and 9,
+    window" whose rank notebook 02, section 3 measures. Checked against plain loops (windows 1 and 3, D = 4 and 9,
     N = 6 and 9, N < M with padding), against causal attention for a window longer than the sequence, and by
     perturbation: changing keys and values outside a query's window must leave its output unchanged.
 
@@ -154,7 +163,8 @@ def local_attention(q, k, v, window, mask=None):
     Hint 2 (plan): a table (N, M) of "query position minus key position" from a column of query positions and a
         row of key positions; keep the entries in 0..window-1; combine with the padding mask as in Task 1.4; then
         a masked softmax whose all-hidden rows give zeros, and the weighted sum.
-    Hint 3 (formula): lag[i, j] = i + (M - N) - j; visible[b, i, j] = (0 <= lag[i, j] < window) and (key j is real);
-        out[b, h, i] = Σ_j softmax over visible j of (q_i · k_j / √D) · v_j, zeros where no j is visible.
+    Hint 3 (formula): the lag of a key is the query's position minus the key's position; a key is visible when
+        its lag is at least zero and less than the window, and it is a real token; the output is the softmax-
+        weighted average of the visible keys' values, and zeros for a query with no visible key.
     """
     raise NotImplementedError("Task 1.7")
