@@ -28,8 +28,9 @@ def rank_for_error(P, max_error):
     Hint 1 (nudge): Eckart-Young says what the best rank-r error is, in terms of the singular values alone.
     Hint 2 (plan): singular values in float64; the squared error of each rank is a sum over the tail of the squared
         singular values; compare every rank's squared error with the allowed one, all at once, and count.
-    Hint 3 (formula): ||P - P_r||_F^2 = sum over i > r of s_i^2; the answer is the smallest r with that sum at most
-        (max_error^2 + 1e-12) times the sum of all s_i^2, that is 1 plus the number of ranks r in 1..q-1 still above it.
+    Hint 3 (formula): the squared error of rank r is the energy of the singular values after the r-th; the answer is
+        the first rank whose leftover energy fits within the squared error budget (plus the round-off allowance)
+        times the total energy.
     """
     raise NotImplementedError("Task 2.1")
 
@@ -51,31 +52,36 @@ def one_hot_spectrum(picks, n_keys):
         What is Pᵀ P?
     Hint 2 (plan): count, per batch entry, how many queries pick each key (a tensor (..., n_keys)); turn counts into
         singular values; sort them, largest first; keep as many as the smaller side of the matrix.
-    Hint 3 (formula): Pᵀ P = diag(c_1, ..., c_n_keys) with c_j the number of queries that pick key j, so the singular
-        values are the square roots of the counts, sorted in decreasing order, the first min(n_q, n_keys) of them.
+    Hint 3 (formula): Pᵀ P is diagonal, and each diagonal entry counts something about its key; P's singular values
+        are the square roots of the eigenvalues of Pᵀ P, and a diagonal matrix's eigenvalues are its diagonal entries.
+        Mind how many values to return when keys outnumber queries.
     """
     raise NotImplementedError("Task 2.2")
 
 
-def jl_projected_length(P, v, max_error):
-    """Task 2.3: the projected length k at which the JL stand-in reaches a given expected error.
+def jl_projected_length(P, value_mean, max_error):
+    """Task 2.3: the projected length k the JL stand-in needs when the values share a mean.
 
-    P: (..., n, n) attention, v: (..., n, Dv) values, max_error: float > 0  ->  (...) integer tensor: for each (P, V)
-    pair, the smallest integer k whose JL stand-in (P Rᵀ)(R V), R of shape (k, n) with entries N(0, 1/k), has an
-    expected squared relative error E||(P Rᵀ)(R V) - P V||_F^2 / ||P V||_F^2 of at most max_error^2.
+    P: (..., n, n) attention, value_mean: (..., Dv) float, max_error: float > 0  ->  (...) integer tensor. The values
+    are V = 1 μᵀ + Z: every row is the mean μ = value_mean plus independent N(0, 1) noise Z. Return, for each (P, μ),
+    the smallest integer k at which the JL stand-in (P Rᵀ)(R V), R of shape (k, n) with entries N(0, 1/k), has
+    E||(P Rᵀ)(R V) - P V||_F^2 <= max_error^2 E||P V||_F^2, both expectations over R and the noise. You get μ, not V.
 
-    Notebook 02, section 4 derives the expected error at a given k and measures it on one input; here you turn it
-    around for any P and V, and see how k depends on n. Checked against the formula on (2, 3, 16, 16) soft and
-    (24, 24) sharp attention matrices with values of several widths, at max_error 0.5, 0.2 and 1; on a permutation
-    P; and by drawing R at your k for a (96, 96) attention matrix: the mean squared relative error over 40 draws must
-    be within 25% of max_error^2.
+    Notebook 02, section 4 derives the expected error for a given V, and measures one V with a shared mean; here you
+    predict k from P and μ alone, before any V is drawn. Checked against the expectations on (2, 3, 16, 16) soft and
+    (24, 24) sharp attention matrices with zero, equal and unequal means, at max_error 0.5 and 0.2; on a permutation
+    P; and by drawing V and R at your k for a (96, 96) attention matrix with every mean 1: over 40 draws the squared
+    error must be within 25% of max_error^2 times the squared context.
 
-    Hint 1 (nudge): section 4 gives the expected squared relative error as a function of k and one number ρ that
-        depends on P and V only.
-    Hint 2 (plan): compute ρ for each pair from three squared Frobenius norms (sum over the last two axes); solve the
-        error formula for k; round up to an integer.
-    Hint 3 (formula): ρ = ||P||_F^2 ||V||_F^2 / ||P V||_F^2 and the expected squared relative error is (ρ + 1) / k,
-        so k = ceiling of (ρ + 1) / max_error^2.
+    Hint 1 (nudge): section 4's formula holds for any fixed V; average its numerator and its denominator over the
+        noise. Where does the mean go when P multiplies V? (Every row of attention sums to 1, but use P's own row
+        sums and the formula holds for any P.)
+    Hint 2 (plan): expected ||V||_F^2 from the mean and the noise; expected ||P V||_F^2 as the mean's part (through
+        P times the ones vector) plus the noise's part (through ||P||_F^2), the cross term averaging to zero; form
+        the expected ρ and solve the error formula for k; round up.
+    Hint 3 (formula): the expected ρ is ||P||_F^2 times the expected ||V||_F^2, divided by the expected ||P V||_F^2;
+        the expected squared error is ρ + 1 over k, in units of the expected squared context. Check: with μ = 0 the
+        answer is about n over max_error squared, and for a permutation P the mean does not matter.
     """
     raise NotImplementedError("Task 2.3")
 
@@ -83,23 +89,23 @@ def jl_projected_length(P, v, max_error):
 def predicted_window_rank(n, width):
     """Task 2.4 (predict the finding): the rank at 90% energy of a circulant box window, for n up to a million.
 
-    n: int (positions), width: odd int, 9 <= width <= n / 16  ->  a Python int: your prediction of the rank at 90%
+    n: int (positions), width: odd int, 3 <= width <= n / 16  ->  a Python int: your prediction of the rank at 90%
     energy of the (n, n) circulant box window of notebook 02, section 3 (query i averages the `width` positions
     i - width//2 .. i + width//2, wrapping around the ends). The grader calls it with n up to 2^20, where an n x n
     matrix would need 8 TB: predict, or compute from something smaller than the matrix.
 
     Notebook 02, section 3 measures windows at n = 256 and 512 by SVD. The grader measures each of its cases itself
-    and accepts a prediction within 10% of its measurement, at six (n, width) pairs from (4096, 9) to (2^20, 1025).
+    and accepts a prediction within 2% of its measurement, at seven (n, width) pairs from (4096, 3) to (2^20, 1025).
+    The constant c in rank ≈ c n / width changes with the width by more than 2%: one constant, or a table read from
+    the notebook, will not do.
 
-    Hint 1 (nudge): section 3 found a rule for how the rank depends on n and the width; how well does a constant
-        read from its table carry over to much larger n?
-    Hint 2 (plan): either use the rule with a constant you trust for widths of 9 and more, or compute the n
-        singular values of the circulant matrix without the matrix (Appendix C of the notebook says what they are)
-        and count as in section 1.
-    Hint 3 (formula): rank ≈ c n / width with c about 1.6 to 1.7 for widths of 9 and more (not 2: the count takes the
-        largest singular values first, and the side lobes come before the main lobe's edges); or exactly: the
-        singular values are |sin(π f width / n) / (width sin(π f / n))| for f = 1..n-1 and 1 for f = 0, and the
-        answer is the smallest number of the largest of them that holds 90% of their summed squares.
+    Hint 1 (nudge): section 3's rule rank ≈ c n / width is a summary; what does c depend on, and what would let you
+        count exactly without the n x n matrix?
+    Hint 2 (plan): the matrix is circulant; its n singular values can be had from one row (Appendix C of the notebook
+        says how), in memory of size n; then count them as in section 1.
+    Hint 3 (formula): the singular values of a circulant matrix are the magnitudes of the discrete Fourier transform
+        of its first row; sort them, largest first, and take the smallest number of them whose squares hold 90% of
+        the sum of all squares.
     """
     raise NotImplementedError("Task 2.4")
 
@@ -122,8 +128,8 @@ def truncation_errors(P):
     Hint 2 (plan): the singular values, largest first; for the Frobenius norm, the sums of squares of every tail
         at once (a running sum taken from the end); for the spectral norm, the first singular value of each tail;
         both shifted by one place, so that entry r - 1 leaves out the first r values, padded with a final 0.
-    Hint 3 (formula): with s_1 >= s_2 >= ... >= s_q: frobenius[r - 1] = √(Σ_{i > r} s_i²);
-        spectral[r - 1] = s_{r+1}, and 0 for r = q.
+    Hint 3 (formula): the Frobenius error of rank r is the square root of the energy in the singular values after
+        the r-th; the spectral error is the largest singular value left out, the (r + 1)-th, and nothing at full rank.
     """
     raise NotImplementedError("Task 2.5")
 
@@ -145,8 +151,8 @@ def band_rank(q, k, width, threshold=0.9):
     Hint 2 (plan): a table (n, n) of "query position minus key position"; keep the entries in 0..width-1 and hide the
         rest with -∞ before a softmax over the keys; singular values per (b, h) in float64; then count as in
         section 1.
-    Hint 3 (formula): P[i, j] = exp(s_ij) / Σ_{i - width < l <= i} exp(s_il) for i - width < j <= i, else 0, with
-        s_ij = q_i · k_j / √D; answer = the smallest r with Σ_{l<=r} σ_l² / Σ_l σ_l² >= threshold, σ = the
-        singular values of P.
+    Hint 3 (formula): each row is the softmax of the scaled scores over the keys from width - 1 before the query up
+        to the query itself, zero elsewhere; the answer is the smallest r whose r largest squared singular values
+        hold at least `threshold` of the total.
     """
     raise NotImplementedError("Task 2.6")

@@ -20,11 +20,14 @@ def one_hot_spectrum(picks, n_keys):
     return ordered[..., :min(picks.shape[-1], n_keys)]
 
 
-def jl_projected_length(P, v, max_error):
-    """Task 2.3: E err² = (ρ + 1) / k, solved for k."""
-    P, v = P.to(torch.float64), v.to(torch.float64)
-    squares = lambda x: x.square().sum((-2, -1))
-    rho = squares(P) * squares(v) / squares(P @ v)
+def jl_projected_length(P, value_mean, max_error):
+    """Task 2.3: E err² = (E||P||²||V||² + E||PV||²) / k over R and the noise, with V = 1 μᵀ + Z, solved for k."""
+    P, value_mean = P.to(torch.float64), value_mean.to(torch.float64)
+    n, dv = P.shape[-1], value_mean.shape[-1]
+    p2 = P.square().sum((-2, -1))                                  # ||P||_F²
+    m2 = value_mean.square().sum(-1)                               # ||μ||²
+    ctx2 = P.sum(-1).square().sum(-1) * m2 + dv * p2               # E||PV||²: the mean through P 1, the noise through P
+    rho = p2 * n * (m2 + dv) / ctx2                                # E||V||² = n (||μ||² + Dv)
     return torch.ceil((rho + 1) / max_error ** 2 - 1e-9).long()
 
 

@@ -1,7 +1,7 @@
 """Checks for exercises/ex02_lowrank.py (Tasks 2.1-2.6), against minilin.lowrank and the grader's own measurements.
 
 2.1 (the rank an error budget needs), 2.2 (the spectrum of one-hot attention from its picks), 2.3 (the JL projected
-length for a target error) and 2.4 (predict a circulant window's rank at n up to 2^20) use notebook 02's ideas on new
+length when the values share a mean) and 2.4 (predict a circulant window's rank at n up to 2^20) use notebook 02's ideas on new
 cases; 2.5 (the errors of every truncation, in two norms, from the spectrum) and 2.6 (the energy rank of a causal
 banded attention map) are extend tasks.
 """
@@ -81,9 +81,14 @@ def one_hot_spectrum(f):
         what="[√3, 1, 0]: key 0 picked 3 times, key 1 once, key 2 never"))
 
 
-# --- 2.3: the JL projected length for a target error ----------------------------------------------------------
-def jl_length(P, v, max_error):
-    rho = P.square().sum((-2, -1)) * v.square().sum((-2, -1)) / (P @ v).square().sum((-2, -1))
+# --- 2.3: the JL projected length when the values share a mean ------------------------------------------------
+def jl_length(P, value_mean, max_error):
+    """The smallest k with E||(P Rᵀ)(R V) - P V||² <= max_error² E||P V||², V = 1 μᵀ + Z, Z with N(0, 1) entries."""
+    n, dv = P.shape[-1], value_mean.shape[-1]
+    p2 = P.square().sum((-2, -1))                                  # ||P||_F²
+    m2 = value_mean.square().sum(-1)                               # ||μ||²
+    ctx2 = P.sum(-1).square().sum(-1) * m2 + dv * p2               # E||P V||² = ||P 1||² ||μ||² + Dv ||P||_F²
+    rho = p2 * n * (m2 + dv) / ctx2                                # E||P||² ||V||² / E||P V||²
     return torch.ceil((rho + 1) / max_error ** 2 - 1e-9).long()
 
 
@@ -97,33 +102,40 @@ def _one_k(call, got):
 
 @CHAPTER.task("2.3", "jl_projected_length")
 def jl_projected_length(f):
-    """the JL projected length k for a target expected error"""
-    cases = ((torch.softmax(rand(2, 3, 16, 16, seed=40) * 0.5, dim=-1), rand(2, 3, 16, 4, seed=41), "soft (2, 3, 16, 16)"),
-             (torch.softmax(rand(24, 24, seed=42) * 4, dim=-1), rand(24, 9, seed=43), "sharp (24, 24)"))
-    for P, v, what in cases:
-        for max_error in (0.5, 0.2, 1.0):
-            call = f(P, v, max_error)
-            yield check(call, judge=integer_tensor(call, jl_length(P, v, max_error), f"ceil((ρ + 1) / {max_error}²), "
-                                                   f"attention {what}, Dv = {v.shape[-1]}", slack=1))
+    """the JL projected length k for a target expected error, values with a shared mean"""
+    soft = torch.softmax(rand(2, 3, 16, 16, seed=40) * 0.5, dim=-1)
+    sharp = torch.softmax(rand(24, 24, seed=42) * 4, dim=-1)
+    cases = ((soft, torch.zeros(2, 3, 4, dtype=torch.float64), "soft (2, 3, 16, 16), zero mean"),
+             (soft, rand(2, 3, 4, seed=41) * 2, "soft (2, 3, 16, 16), means of several sizes"),
+             (sharp, torch.full((9,), 1.0, dtype=torch.float64), "sharp (24, 24), every mean 1"),
+             (sharp, torch.linspace(-3, 3, 9, dtype=torch.float64), "sharp (24, 24), means -3 .. 3"))
+    for P, mean, what in cases:
+        for max_error in (0.5, 0.2):
+            call = f(P, mean, max_error)
+            yield check(call, judge=integer_tensor(call, jl_length(P, mean, max_error),
+                                                   f"the expected-error k at {max_error}, attention {what}, "
+                                                   f"Dv = {mean.shape[-1]}", slack=1))
     n = 40
     perm = torch.eye(n, dtype=torch.float64)[torch.randperm(n, generator=torch.Generator().manual_seed(44))]
-    call = f(perm, rand(n, 6, seed=45), 0.5)
+    call = f(perm, torch.full((6,), 2.0, dtype=torch.float64), 0.5)
     yield check(call, judge=integer_tensor(call, torch.tensor(4 * (n + 1)), "4 (n + 1) = 164 for a permutation P "
-                                                                            "(ρ = n exactly) at max_error 0.5", slack=1))
-    # the formula itself, by drawing R at the learner's k: the mean squared relative error must be near max_error²
-    P, v = torch.softmax(rand(96, 96, seed=46), dim=-1), rand(96, 8, seed=47)
-    call = f(P, v, 0.5)
+                                           "at max_error 0.5, means 2: a shared mean does not help here", slack=1))
+    # the learner's k, by drawing the values and R: the squared error over 40 draws must be near max_error² of the context
+    P, mean = torch.softmax(rand(96, 96, seed=46), dim=-1), torch.full((8,), 1.0, dtype=torch.float64)
+    call = f(P, mean, 0.3)
 
     def measured(got):
         k = _one_k(call, got)
         g = torch.Generator().manual_seed(48)
-        errs = []
+        err2 = ctx2 = 0.0
         for _ in range(40):
+            v = mean + torch.randn(96, 8, generator=g, dtype=torch.float64)
             R = torch.randn(k, 96, generator=g, dtype=torch.float64) / math.sqrt(k)
-            errs.append(float(((P @ R.T) @ (R @ v) - P @ v).square().sum() / (P @ v).square().sum()))
-        mean = sum(errs) / len(errs)
-        expect(abs(mean / 0.25 - 1) < 0.25, call, f"at k = {k}, 40 draws of R give a mean squared relative error of "
-                                                  f"{mean:.3f}; expected 0.5² = 0.25 within 25%")
+            err2 += float(((P @ R.T) @ (R @ v) - P @ v).square().sum())
+            ctx2 += float((P @ v).square().sum())
+        ratio = err2 / ctx2
+        expect(abs(ratio / 0.09 - 1) < 0.25, call, f"at k = {k}, 40 draws of V and R give a squared error of "
+                                                   f"{ratio:.3f} of the context's; expected 0.3² = 0.09 within 25%")
     yield check(call, judge=measured)
 
 
@@ -135,7 +147,10 @@ def window_rank_measured(n, width):
     return int(lowrank.rank_at_energy(torch.fft.fft(row).abs().sort(descending=True).values))
 
 
-WINDOW_CASES = ((4096, 9), (12000, 41), (65536, 33), (100003, 301), (2 ** 20, 129), (2 ** 20, 1025))
+# c = rank x width / n runs from 1.34 (width 3) through 1.49 (5), 1.56 (7), 1.60 (9) to 1.683 (wide windows): within
+# widths 9..1025 it spans 5%, so a 2% tolerance asks for the width dependence, not one constant (nor a table of c)
+WINDOW_CASES = ((4096, 3), (100003, 5), (65536, 7), (4096, 9), (12000, 41), (100003, 301), (2 ** 20, 1025))
+WINDOW_TOLERANCE = 0.02
 
 
 @CHAPTER.task("2.4", "predicted_window_rank")
@@ -149,9 +164,9 @@ def predicted_window_rank(f):
             value = got.reshape(()).item() if isinstance(got, torch.Tensor) and got.numel() == 1 and \
                 not got.is_floating_point() else got
             expect(type(value) is int, call, f"returned {kind(got)}, expected a Python int (the predicted rank)")
-            expect(abs(value / measured - 1) <= 0.1, call,
+            expect(abs(value / measured - 1) <= WINDOW_TOLERANCE, call,
                    f"predicted {value}, measured {measured} (rank x width / n = {measured * width / n:.3f}); "
-                   f"off by {100 * abs(value / measured - 1):.1f}%, allowed 10%")
+                   f"off by {100 * abs(value / measured - 1):.1f}%, allowed {100 * WINDOW_TOLERANCE:.0f}%")
         yield check(call, judge=judge)
 
 

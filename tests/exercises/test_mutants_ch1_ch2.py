@@ -112,20 +112,49 @@ MUTANTS = {
         "def one_hot_spectrum(picks, n_keys):\n"
         "    c = torch.nn.functional.one_hot(picks, n_keys).sum(-2).double().sort(-1, descending=True).values\n"
         "    return c[..., :min(picks.shape[-1], n_keys)]\n"),
-    # 2.3: the +1 of the formula dropped (and the error not squared in a second one)
+    # 2.3: the values' mean ignored (ρ = n, right only for zero-mean values or a permutation)
+    "JL length, mean ignored": ("2.3", "import torch\n"
+        "def jl_projected_length(P, value_mean, max_error):\n"
+        "    n = torch.full(value_mean.shape[:-1], float(P.shape[-1]))\n"
+        "    return torch.ceil((n + 1) / max_error ** 2).long()\n"),
+    # 2.3: the +1 of the formula dropped, and the error not squared
     "JL length without the +1": ("2.3", "import torch\n"
-        "def jl_projected_length(P, v, max_error):\n"
-        "    sq = lambda x: x.square().sum((-2, -1))\n"
-        "    return torch.ceil(sq(P) * sq(v) / sq(P @ v) / max_error ** 2).long()\n"),
+        "def _rho(P, m):\n"
+        "    n, dv = P.shape[-1], m.shape[-1]\n"
+        "    p2, m2 = P.square().sum((-2, -1)), m.square().sum(-1)\n"
+        "    return p2 * n * (m2 + dv) / (P.sum(-1).square().sum(-1) * m2 + dv * p2)\n"
+
+        "def jl_projected_length(P, value_mean, max_error):\n"
+        "    return torch.ceil(_rho(P, value_mean) / max_error ** 2).long()\n"),
     "JL length with the error not squared": ("2.3", "import torch\n"
-        "def jl_projected_length(P, v, max_error):\n"
-        "    sq = lambda x: x.square().sum((-2, -1))\n"
-        "    return torch.ceil((sq(P) * sq(v) / sq(P @ v) + 1) / max_error).long()\n"),
-    # 2.4: the main lobe's width, 2 n / w, as the rank; and a constant read from one small case
+        "def _rho(P, m):\n"
+        "    n, dv = P.shape[-1], m.shape[-1]\n"
+        "    p2, m2 = P.square().sum((-2, -1)), m.square().sum(-1)\n"
+        "    return p2 * n * (m2 + dv) / (P.sum(-1).square().sum(-1) * m2 + dv * p2)\n"
+
+        "def jl_projected_length(P, value_mean, max_error):\n"
+        "    return torch.ceil((_rho(P, value_mean) + 1) / max_error).long()\n"),
+    # 2.3: ρ measured on the mean alone (the noise forgotten in the context)
+    "JL length, noise forgotten": ("2.3", "import torch\n"
+        "def jl_projected_length(P, value_mean, max_error):\n"
+        "    n, dv = P.shape[-1], value_mean.shape[-1]\n"
+        "    p2, m2 = P.square().sum((-2, -1)), value_mean.square().sum(-1)\n"
+        "    rho = p2 * n * (m2 + dv) / (P.sum(-1).square().sum(-1) * m2).clamp_min(1e-12)\n"
+        "    return torch.ceil((rho + 1) / max_error ** 2).clamp_max(10 ** 6).long()\n"),
+    # 2.4: the main lobe's width, 2 n / w, as the rank; one constant (width 3's, or the wide-window limit); the
+    # notebook's table of c, read at the nearest width
     "window rank as the main lobe": ("2.4", "def predicted_window_rank(n, width):\n"
         "    return round(2 * n / width)\n"),
     "window rank of width 3's constant": ("2.4", "def predicted_window_rank(n, width):\n"
         "    return round(1.35 * n / width)\n"),
+    "window rank, one constant": ("2.4", "def predicted_window_rank(n, width):\n"
+        "    return round(1.65 * n / width)\n"),
+    "window rank, the wide-window limit": ("2.4", "def predicted_window_rank(n, width):\n"
+        "    return round(1.683 * n / width)\n"),
+    "window rank from the notebook's table": ("2.4", "def predicted_window_rank(n, width):\n"
+        "    table = {3: 1.35, 9: 1.62, 17: 1.66, 33: 1.68, 65: 1.78}\n"
+        "    c = table[min(table, key=lambda w: abs(w - width))]\n"
+        "    return round(c * n / width)\n"),
     # the spectral error of rank r taken as s_r instead of s_{r+1}
     "spectral error off by one": ("2.5", "import torch\n"
         "def truncation_errors(P):\n"
