@@ -13,6 +13,8 @@ cap; the grader builds the inputs, computes the expected results from minilin, a
 task runs and scores on its own (partial credit): a task with 5 checks that passes 3 earns 3/5 of its points and
 is a fail; it passes when every one of its checks does. The table shows each task's checks passed (3/5) and
 which failed, a line per chapter counts tasks and checks, and the score line shows points with partial credit.
+Each check also runs on inputs drawn anew for this run (same shapes and tolerances) and counts only if both pass
+(--fixed-inputs: the fixed ones only).
 Exit code: 0 when every graded task passes, 1 otherwise, 2 for a usage error. The machinery lives in
 minilin/grading/.
 """
@@ -67,6 +69,10 @@ def build_parser():
                    "exercises/) instead of the course's exercises/")
     p.add_argument("--gradescope-json", metavar="FILE", help="also write this grading as Gradescope's "
                    "results.json (e.g. /autograder/results/results.json); works with --rubric")
+    p.add_argument("--fixed-inputs", action="store_true",
+                   help="run each check on its fixed inputs only (by default a check also runs on inputs drawn anew "
+                        "for every run, and counts as passed only if both pass: a table of memorised answers to "
+                        "the fixed inputs cannot pass)")
     t = p.add_argument_group("grading a class")
     t.add_argument("--submissions", metavar="DIR", help="one folder per student, each with exNN_*.py files")
     t.add_argument("--out", metavar="CSV", help="the gradebook to write: one row per (student, task)")
@@ -75,6 +81,9 @@ def build_parser():
     t.add_argument("--gradescope", metavar="DIR", help="write DIR/<student>/results.json in Gradescope's format")
     t.add_argument("--feedback", metavar="DIR", help="write one Markdown file per student here")
     t.add_argument("--rubric", metavar="TOML", help="points per task (default 1 each)")
+    t.add_argument("--similarity", metavar="CSV", help="also write the pairs of submissions (and of a submission "
+                   "and solutions/, where the course has it) whose graded functions are near-copies after "
+                   "normalisation (names, comments, formatting ignored); points are not changed")
     t.add_argument("--jobs", type=positive_int, default=None, metavar="J",
                    help=f"students graded in parallel (default: the number of CPUs, {os.cpu_count()})")
     return p
@@ -108,7 +117,7 @@ def check_folder(option, path):
 def check_teacher_args(args):
     """Every path checked before any grading starts."""
     if args.submissions is None:
-        for name in ("out", "wide", "gradescope", "feedback", "jobs"):
+        for name in ("out", "wide", "gradescope", "feedback", "jobs", "similarity"):
             if getattr(args, name) is not None:
                 raise UsageError(f"--{name} is for grading a class: add --submissions DIR")
         if args.rubric is not None and args.gradescope_json is None:
@@ -139,15 +148,15 @@ def check_teacher_args(args):
         raise UsageError(f"--submissions {root}: no student folders inside (expected DIR/<student>/exNN_*.py)")
     if all(getattr(args, name) is None for name in ("out", "wide", "gradescope", "feedback")):
         raise UsageError("--submissions needs --out gradebook.csv (or --wide CSV, --gradescope DIR, --feedback DIR)")
-    for option, name in (("--out", "out"), ("--wide", "wide")):
+    for option, name in (("--out", "out"), ("--wide", "wide"), ("--similarity", "similarity")):
         if getattr(args, name) is not None:
             check_file(option, getattr(args, name))
     for option, name in (("--feedback", "feedback"), ("--gradescope", "gradescope")):
         if getattr(args, name) is not None:
             check_folder(option, getattr(args, name))
-    written = [Path(p).resolve() for p in (args.out, args.wide) if p is not None]
+    written = [Path(p).resolve() for p in (args.out, args.wide, args.similarity) if p is not None]
     if len(set(written)) < len(written):
-        raise UsageError("--out and --wide name the same file: give two files")
+        raise UsageError("--out, --wide and --similarity name the same file: give a file each")
 
 
 def student_folders(root):
@@ -173,7 +182,9 @@ def main(argv=None):
     hide = [p for p in (ROOT / "solutions", args.submissions, args.hidden_tests) if p]
     limits = runner.Limits(timeout=args.timeout, memory=int(args.memory * 2**30))
     print(f"{note}; {args.timeout:g} s per chapter, {sandbox.memory_note(limits.memory)}", flush=True)
-    with runner.Session(tasks, limits=limits, mode=mode, hidden=hidden, hide=hide) as session:
+    with runner.Session(tasks, limits=limits, mode=mode, hidden=hidden, hide=hide,
+                        fresh=not args.fixed_inputs) as session:
+        print(session.fresh_note(), flush=True)
         if points is not None:  # a weight list per check: checked once the checks (hidden ones too) are built
             report.check_weights(points, {t: len(steps) for t, steps in session.steps.items()},
                                  f"--rubric {args.rubric}")
@@ -234,6 +245,8 @@ def grade_class(session, args, points, note, report):
     if args.gradescope:
         report.write_gradescope(args.gradescope, graded, points, note)
         written.append(f"Gradescope: {args.gradescope}/<student>/results.json")
+    if args.similarity:
+        written.append(write_similarity(args.similarity, students, session.tasks, report))
     width = max(len(report.one_line(n)) for n in graded)
     for name, results in graded.items():
         print(report.summary_line(name, results, points, width))
@@ -243,6 +256,17 @@ def grade_class(session, args, points, note, report):
                 print(f"files of {name!r} are named {safe}")
     print("; ".join(written))
     return 0
+
+
+def write_similarity(path, students, tasks, report):
+    """The similarity report (minilin/grading/similarity.py): flagged pairs, one row each. Returns its summary."""
+    from minilin.grading import similarity
+    reference = ROOT / "solutions" if (ROOT / "solutions").is_dir() else None
+    rows, compared = similarity.compare({s.name: s for s in students}, tasks, reference)
+    rows = [{**row, "first": report.one_line(row["first"]), "second": report.one_line(row["second"])} for row in rows]
+    report.write_rows(path, similarity.COLUMNS, rows)
+    against = "each other and solutions/" if reference else "each other (no solutions/ here)"
+    return f"similarity: {path} ({len(rows)} of {compared} pairs of functions flagged, compared with {against})"
 
 
 def student_results(future, name, session, Result):

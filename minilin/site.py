@@ -56,7 +56,20 @@ def build_parser():
     parser.add_argument("--notebooks", default=None,
                         help="folder of the notebooks to show (default: the course's notebooks/)")
     parser.add_argument("--quiet", action="store_true", help="print only warnings and the last line")
+    parser.add_argument("--teacher", action="store_true",
+                        help="build from a course folder that holds solutions/ (a site for the teacher only: it "
+                             "shows the teacher's sections); the public site is built from the student copy that "
+                             "`python -m minilin release DIR` writes")
     return parser
+
+
+def teachers_copy(notebooks=None):
+    """The folder the site would read that holds solutions/ (the course folder, or the --notebooks folder's
+    parent), or None."""
+    for folder in (ROOT, Path(notebooks).resolve().parent if notebooks else None):
+        if folder is not None and (folder / "solutions").is_dir():
+            return folder
+    return None
 
 
 def missing_packages():
@@ -153,6 +166,10 @@ def build(out, *, notebooks=None, quiet=False):
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
+    if not args.teacher and (folder := teachers_copy(args.notebooks)) is not None:
+        raise UsageError(f"{folder} holds solutions/ (the teacher's copy): build the public site from the student "
+                         "copy (python -m minilin release DIR, then python -m minilin site in DIR), or add --teacher "
+                         "for a site you keep to yourself")
     if missing := missing_packages():
         raise UsageError(f"the site needs {', '.join(missing)}: pip install -e \".[site]\"")
     out = Path(args.out)

@@ -11,6 +11,8 @@ import functools
 import http.server
 import os
 import re
+import subprocess
+import sys
 import threading
 from html.parser import HTMLParser
 from pathlib import Path
@@ -58,7 +60,7 @@ def built(tmp_path_factory):
     if need := site.missing_packages():
         missing(f"the site extra is not installed ({', '.join(need)}): pip install -e \".[site]\"")
     out = tmp_path_factory.mktemp("site") / "html"
-    pages = site.build(out, quiet=True)
+    pages = site.build(out, quiet=True)  # from this checkout, solutions/ and all: what `site --teacher` builds
     return out, pages
 
 
@@ -163,3 +165,13 @@ def test_a_page_in_chromium_has_its_figures_and_typeset_math(server, page, name)
     page.locator(f"a.next-page[href$='{following}.html']").first.click()
     page.wait_for_url(re.compile(f"{following}\\.html$"))
     assert page.evaluate("() => document.querySelectorAll('.cell').length") > 0
+
+
+def test_site_refuses_the_teachers_copy_without_teacher(tmp_path):
+    assert (ROOT / "solutions").is_dir(), "this test runs in the teacher's copy of the course"
+    proc = subprocess.run([sys.executable, "-m", "minilin", "site", str(tmp_path / "html")], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "solutions/" in lines[0] and "--teacher" in lines[0] and "release" in lines[0], lines
+    assert not (tmp_path / "html").exists()

@@ -11,9 +11,12 @@
 course's own pytest run). The expected value is computed here, by the grader, from the minilin reference;
 the judge compares and raises `Failure` with a few lines: what was compared and by how much it differs.
 """
+import contextlib
 import dataclasses
 import functools
+import hashlib
 import math
+import secrets
 
 import torch
 
@@ -58,6 +61,40 @@ def rand(*shape, seed=0, scale=1.0, dtype=torch.float64):
 
 def gen(seed):
     return torch.Generator().manual_seed(seed)
+
+
+# --- fresh inputs: the same checks on a draw nobody can know in advance -----------------------------------
+def fresh_secret():
+    """A per-run secret (64 random bits from the OS): it lives in the grader's memory only."""
+    return secrets.randbits(64)
+
+
+def mixed(secret, seed):
+    """The seed a builder's fixed `seed` becomes under `secret` (a hash of both: 63 bits)."""
+    digest = hashlib.blake2b(f"{secret}:{int(seed)}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") >> 1
+
+
+@contextlib.contextmanager
+def drawn_from(secret):
+    """While active, every seed a check builder sets (torch.Generator().manual_seed, torch.manual_seed: so
+    rand, gen, chapter-local generators and seeded module inits) becomes mixed(secret, seed). The builders run
+    unchanged and build the same checks (shapes, tolerances, judges) on inputs nobody can precompute. Not
+    thread-safe: it patches torch while the steps are built (the grader does that once, before any child runs).
+    """
+    plain_generator, plain_seed = torch.Generator, torch.manual_seed
+
+    class Salted(plain_generator):
+        def manual_seed(self, seed):
+            return super().manual_seed(mixed(secret, seed))
+
+    def manual_seed(seed):
+        return plain_seed(mixed(secret, seed))
+    torch.Generator, torch.manual_seed, torch.random.manual_seed = Salted, manual_seed, manual_seed
+    try:
+        yield
+    finally:
+        torch.Generator, torch.manual_seed, torch.random.manual_seed = plain_generator, plain_seed, plain_seed
 
 
 # --- comparing ---------------------------------------------------------------------------------------
@@ -269,6 +306,16 @@ class Task:
         out = list(self.public_steps)
         for builder in extra:
             out += list(builder(*map(Fn, self.functions)))
+        return out
+
+    def fresh_steps(self, secret, extra=()):
+        """The same steps built again with every seed mixed with `secret` (drawn_from): one per step of
+        `steps(extra)`, in the same order. Seeds of a generator handed to the learner's function (calls.Gen) stay
+        as they are: those checks judge the learner's own draws by statistics calibrated on that seed."""
+        with drawn_from(secret):
+            out = list(self.build(*map(Fn, self.functions)))
+            for builder in extra:
+                out += list(builder(*map(Fn, self.functions)))
         return out
 
 

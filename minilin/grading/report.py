@@ -219,6 +219,11 @@ def _write_csv(path, columns, rows):
     return count
 
 
+def write_rows(path, columns, rows):
+    """Any other CSV the grader writes (the similarity report): cells defused as in the gradebook. Row count."""
+    return _write_csv(path, columns, rows)
+
+
 def file_name(student):
     """A file or folder name from a student's folder name: letters, digits, . _ - only; no leading dot or
     formula character; never empty."""

@@ -9,6 +9,13 @@ Results come back as encoded values that this side judges. Every step (check) of
 partial credit (rubric.earned). The time limit is per chapter. When a worker hangs, dies or sends garbage, only
 the task it was running fails, from the check it was running on (the whole chapter if it was importing the
 file), and a fresh worker takes the remaining tasks; a child that stops answering altogether is replaced.
+
+Fresh inputs (on by default): the Session also builds every step again with its seeds mixed with a per-run secret
+(checks.drawn_from; the secret stays in this process, only the inputs it draws are written for the children).
+Each check whose inputs then differ has a fresh twin, run right after it when it passes: the check counts as
+passed only if its twin passes too. The number of checks (and so partial credit, rubric weights, every export)
+stays the number of public checks; a twin's failure is the check's failure, its message saying so. A table of
+the reference's answers to the fixed inputs cannot pass a twin.
 """
 import ast
 import collections
@@ -24,7 +31,8 @@ import torch
 
 from minilin.grading import honesty, sandbox, submission
 from minilin.grading.calls import dumps, execute, loads_untrusted, summary
-from minilin.grading.checks import CannotGrade, Failure
+from minilin.grading.calls import Call
+from minilin.grading.checks import CannotGrade, Failure, fresh_secret
 from minilin.grading.course import CHAPTERS, task_key
 from minilin.grading.pipe import Child, ChildGone
 from minilin.grading.text import one_line, visible
@@ -43,7 +51,7 @@ class Result:
     note: str = ""  # what the grader graded instead of the exact file (e.g. a misnamed or nested file)
     cause: str = ""  # "fails because it calls your scaled_scores (Task 1.1), which fails"
     lines: tuple = ()  # (file, line) of the learner's files in the traceback, innermost last
-    checks: tuple = ()  # one bool per check (the task's Steps, public then hidden): did it pass
+    checks: tuple = ()  # one bool per check (the task's Steps, public then hidden): did it pass (its fresh twin too)
     failed: tuple = ()  # (check number from 1, what it ran, hidden label or "") of each failed check run
 
     @property
@@ -108,7 +116,8 @@ def syntax_message(file, err):
 class Session:
     """One grading run over `tasks`: steps and input files built once, shared by every submission graded."""
 
-    def __init__(self, tasks, *, limits=None, mode="none", hidden=None, hide=()):
+    def __init__(self, tasks, *, limits=None, mode="none", hidden=None, hide=(), fresh=True):
+        """`fresh`: also run each check on inputs drawn from a per-run secret (the module's docstring)."""
         self.tasks, self.limits, self.mode = list(tasks), limits or Limits(), mode
         self.root = Path(tempfile.mkdtemp(prefix="minilin-grade-"))
         self.hide = (*hide, self.root)  # other students' copies, if TMPDIR is not under /tmp
@@ -116,15 +125,42 @@ class Session:
         self.inputs.mkdir()
         self.lib = sandbox.library(self.root / "lib")
         self.steps, self.unavailable = {}, {}
+        self.twins, self.fixed_only = {}, {}  # {task id: [fresh step or None per step]}, {task id: why not}
+        self.fresh = fresh
+        secret = fresh_secret() if fresh else None
         for task in self.tasks:
+            extra = (hidden or {}).get(task.id, ())
             try:
-                self.steps[task.id] = task.steps((hidden or {}).get(task.id, ()))
+                self.steps[task.id] = task.steps(extra)
             except CannotGrade as err:
                 self.unavailable[task.id] = str(err)
                 continue
-            for i, step in enumerate(self.steps[task.id]):
+            steps = self.steps[task.id]
+            self.twins[task.id] = [None] * len(steps)
+            if secret is not None:
+                self.twins[task.id], why = twins(task, steps, secret, extra)
+                if why:
+                    self.fixed_only[task.id] = why
+            for i, step in enumerate(steps):
                 torch.save(list(step.calls), self.inputs / f"{task.id}-{i}.pt")
+            for i, twin in enumerate(self.twins[task.id]):  # numbered on after the steps: the name tells nothing
+                if twin is not None:
+                    torch.save(list(twin.calls), self.inputs / f"{task.id}-{len(steps) + i}.pt")
+        del secret
         self._ids, self._lock = itertools.count(), threading.Lock()
+
+    def fresh_note(self):
+        """A line for the grader's header: how many checks also run on fresh inputs, and which tasks have
+        none (a table of the fixed inputs' answers could pass those), with the reason."""
+        if not self.fresh:
+            return "fresh inputs: off (--fixed-inputs): every check runs on its fixed inputs only"
+        total = sum(len(s) for s in self.steps.values())
+        twinned = sum(t is not None for ts in self.twins.values() for t in ts)
+        text = f"fresh inputs: {twinned} of {total} checks also run on inputs drawn anew for this run"
+        by_reason = {}
+        for task_id, why in self.fixed_only.items():
+            by_reason.setdefault(why, []).append(task_id)
+        return text + "".join(f"; {why}: {', '.join(ids)}" for why, ids in by_reason.items())
 
     def __enter__(self):
         return self
@@ -268,8 +304,9 @@ class Session:
 
     def _needs(self, task):
         """The guarded modules (minilin's, peers') that unpickling this task's inputs imports in the child."""
-        return frozenset().union(*(sandbox.pickled_modules(str(self.inputs / f"{task.id}-{i}.pt"))
-                                   for i in range(len(self.steps[task.id]))))
+        twins = [i for i, t in enumerate(self.twins.get(task.id, ())) if t is not None]
+        files = [*range(len(self.steps[task.id])), *(len(self.steps[task.id]) + i for i in twins)]
+        return frozenset().union(*(sandbox.pickled_modules(str(self.inputs / f"{task.id}-{i}.pt")) for i in files))
 
     def _gone(self, queue, gone, now, results):
         """The worker hung, died or sent garbage: fail what it was doing; the rest goes to a fresh worker."""
@@ -300,29 +337,36 @@ class Session:
         """Every check runs (partial credit): the first failure is the message, each check is counted."""
         steps, public = self.steps[task.id], len(task.public_steps)
         now["checks"], now["failed"], now["first"] = [], [], None
-        for i, step in enumerate(steps):
+        twins = self.twins.get(task.id) or [None] * len(steps)
+        for i, (step, twin) in enumerate(zip(steps, twins)):
             hidden = f"{i - public + 1} of {len(steps) - public}" if i >= public else ""  # a teacher's check
             now["doing"], now["hidden"] = f"running {step.calls[0].describe()}", hidden
             result = self._step(child, module, f"{task.id}-{i}.pt", task, step, deadline, hidden, now)
+            fresh = result is None and twin is not None
+            if fresh:  # the same check on fresh inputs: it counts only if both pass
+                now["doing"] = f"running {twin.calls[0].describe()} on fresh inputs"
+                result = self._step(child, module, f"{task.id}-{len(steps) + i}.pt", task, twin, deadline, hidden,
+                                    now, fresh=i + 1)
             now["checks"].append(result is None)
             if result is not None:
-                now["failed"].append(label(i, step, hidden))
+                now["failed"].append(label(i, twin if fresh else step, hidden, fresh=fresh))
                 now["first"] = now["first"] or result
         return self._scored(task, now["first"] or Result(task.id, "pass"), now["checks"], now["failed"])
 
-    def _step(self, child, module, inputs, task, step, deadline, hidden, now):
-        """None when the check passes, else its failing Result (the learner's exception or the judge's verdict)."""
+    def _step(self, child, module, inputs, task, step, deadline, hidden, now, fresh=0):
+        """None when the check passes, else its failing Result (the learner's exception or the judge's verdict).
+        `fresh`: the number of the check whose fresh twin this is (its failure says so)."""
         child.send(f"run {module} {inputs}")
         values = []
         for call in step.calls:
-            now["doing"] = f"running {call.describe()}"
+            now["doing"] = f"running {call.describe()}" + (" on fresh inputs" if fresh else "")
             reply = child.recv(b"C", deadline)
             if not reply.get("ok"):  # the child stops this check's calls there and waits for the next check
                 result = error_result(task.id, reply.get("error") or {}, call.describe(), self.limits.memory)
-                return dataclasses.replace(result, hidden=hidden)
+                return dataclasses.replace(result, hidden=hidden, message=fresh_message(result.message, fresh))
             values.append(reply.get("value"))
         if verdict := judge(step, values):
-            return Result(task.id, "fail", verdict, hidden=hidden)
+            return Result(task.id, "fail", fresh_message(verdict, fresh), hidden=hidden)
         return None
 
     def _scored(self, task, first, checks, failed, start=None):
@@ -346,15 +390,70 @@ def as_data(result):
                                note=one_line(result.note))
 
 
-def label(index, step, hidden):
+def label(index, step, hidden, fresh=False):
     """How a failed check is named: its number and the call it ran, shortened to its keyword arguments when
-    long, e.g. (4, "attention(..., causal=True)", ""); a hidden check's label is for the teacher only."""
+    long, e.g. (4, "attention(..., causal=True)", ""); `fresh`: it failed on its fresh inputs (", fresh inputs"
+    follows the call); a hidden check's label is for the teacher only."""
     call = step.calls[0] if step.calls else None
     what = call.describe() if call is not None else ""
     if len(what) > 60 and not call.label and call.capture != "each":
         keywords = "".join(f", {k}={summary(v)}" for k, v in call.kwargs.items())
         what = f"{call.fn}(...{keywords})"
-    return index + 1, what if len(what) <= 60 else what[:57].rstrip(" ,(") + "...", hidden
+    what = what if len(what) <= 60 else what[:57].rstrip(" ,(") + "..."
+    return index + 1, what + (", fresh inputs" if fresh else ""), hidden
+
+
+FRESH = "fresh inputs: check {n} passed on its fixed inputs and fails on a new random draw of the same shapes " \
+        "(drawn anew each run, same tolerance): the function must work for any input, not only the ones shown"
+
+
+def fresh_message(message, fresh):
+    """A twin's failure: the usual lines (the call by its shapes, what differs and by how much), then what a
+    fresh draw is. The draw's values are never shown: they change with every run."""
+    if not fresh:
+        return message
+    lines = message.splitlines() or [""]
+    return "\n".join([lines[0], *lines[1:], "  " + FRESH.format(n=fresh)])
+
+
+def same_calls(a, b):
+    """True when two steps send the same inputs (then a fresh twin would only repeat the check)."""
+    return len(a.calls) == len(b.calls) and all(_same(x, y) for x, y in zip(a.calls, b.calls))
+
+
+def _same(x, y):
+    if type(x) is not type(y):
+        return False
+    if isinstance(x, torch.Tensor):
+        return x.shape == y.shape and x.dtype == y.dtype and bool(torch.equal(x, y) if x.device.type != "meta"
+                                                                   else True)
+    if isinstance(x, Call):
+        return (x.fn, x.capture, x.raises, x.label) == (y.fn, y.capture, y.raises, y.label) and \
+            _same(x.args, y.args) and _same(x.kwargs, y.kwargs)
+    if isinstance(x, (tuple, list)):
+        return len(x) == len(y) and all(map(_same, x, y))
+    if isinstance(x, dict):
+        return x.keys() == y.keys() and all(_same(x[k], y[k]) for k in x)
+    if isinstance(x, torch.nn.Module):
+        return _same(x.state_dict(), y.state_dict()) and repr(x) == repr(y)
+    try:
+        return bool(x == y)
+    except Exception:  # an object without a usable ==: treat as different (the twin runs)
+        return False
+
+
+def twins(task, steps, secret, extra=()):
+    """([fresh step or None, one per step], why none) for `task`: None where the fresh build sends the same
+    inputs as the fixed one (nothing random in them). A build that fails or yields other steps gets no twins,
+    and the reason is returned for the grader's first line (never silently)."""
+    try:
+        fresh = task.fresh_steps(secret, extra)
+    except Exception as err:  # a builder that cannot draw fresh inputs: its fixed checks still run
+        return [None] * len(steps), f"fixed inputs only, the fresh build failed ({type(err).__name__}: {err})"
+    if len(fresh) != len(steps):
+        return [None] * len(steps), f"fixed inputs only, the fresh build made {len(fresh)} checks, not {len(steps)}"
+    out = [None if same_calls(s, f) else f for s, f in zip(steps, fresh)]
+    return out, "" if any(out) else "fixed inputs only (no random inputs)"
 
 
 def counted(result, total):
@@ -424,8 +523,9 @@ def judge(step, values):
     return None
 
 
-def run_in_process(task, module, extra=()):
-    """The course's own check of solutions/ and stubs (pytest): the same steps, run in this process.
+def run_in_process(task, module, extra=(), secret=None):
+    """The course's own check of solutions/ and stubs (pytest): the same steps, run in this process (`secret`:
+    the steps built on fresh inputs instead, checks.drawn_from).
 
     The learner's exceptions propagate unchanged (the stub guard expects NotImplementedError); a wrong result
     raises Failure (an AssertionError). Never use this for code you do not trust.
@@ -434,7 +534,7 @@ def run_in_process(task, module, extra=()):
     problems = honesty.scan(Path(module.__file__).read_text(encoding="utf-8"), task.functions, chapter.allowed)
     if problems:
         raise Failure("\n".join(problems.values()))
-    for step in task.steps(extra):
+    for step in (task.steps(extra) if secret is None else task.fresh_steps(secret, extra)):
         with tempfile.TemporaryDirectory() as scratch:
             values = [loads_untrusted(dumps(execute(module, call, scratch))) for call in step.calls]
         step.judge(*values)
