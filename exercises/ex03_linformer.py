@@ -23,9 +23,9 @@ def mean_pool_projection(k, n, dtype=torch.float64):
     Hint 1 (nudge): with n = 10 and k = 4 the window sizes are 3, 3, 2, 2. Where does each window start?
     Hint 2 (plan): check k; start from a (k, n) zero matrix; split the positions 0..n-1 into the k windows; write
         1/size into row j on the positions of window j.
-    Hint 3 (formula): E[j, s] = 1 / size_j when position s lies in window j, else 0, where size_j is the ceiling of
-        n/k for the first (n mod k) windows and the floor of n/k for the rest, and the windows follow each other
-        without gaps from position 0.
+    Hint 3 (formula): in words: a window is one position longer than the whole-number quotient of n by k exactly
+        when its index is below the remainder; each window starts where the one before it ended; a row holds one
+        over its window's size on that window and zero elsewhere, so every row sums to one.
     """
     raise NotImplementedError("Task 3.1")
 
@@ -49,8 +49,10 @@ def linformer_forward(q, k, v, E, F, mask=None):
         (a fill, not a product: 0 times NaN is NaN); keep the first M columns of E and F; a (k, M) or (H, k, M)
         matrix times (B, H, M, D) broadcasts; then exact attention over the k projected keys and values. No mask is
         needed after the projection: padding is already out of every slot.
-    Hint 3 (formula): out = softmax(q (Ẽ K̃)ᵀ / √D) (F̃ Ṽ), with Ẽ, F̃ the first M columns of E, F, K̃ and Ṽ the keys
-        and values with padded rows set to zero, and √D the square root of the query's last dimension.
+    Hint 3 (formula): in words: each projected key is a weighted sum of the (zero-padded) keys, with the weights of
+        one row of E's first M columns; each query scores every projected key by a dot product divided by the
+        square root of the head size; a softmax over the k slots turns the scores into weights that mix the
+        projected values.
     """
     raise NotImplementedError("Task 3.2")
 
@@ -58,7 +60,9 @@ def linformer_forward(q, k, v, E, F, mask=None):
 def slot_probe_r2(x, coeffs, k):
     """Task 3.3: how much of a signal's coefficients k linear slots of the input can carry (R^2 of a probe).
 
-    Practises notebook 03, section 6 (why too few slots fall behind) on signals the notebook did not use.
+    Practises notebook 03's probe of the slots (appendix: what do the slots carry?) on signals the notebook did not
+    use. This measures the best *linear* slots: a bound for slots that are linear in the input, not a law for a
+    trained Linformer (the notebook's trained k = 4 block, with its nonlinear LayerNorm, ends above it).
     x: (B, n) noisy signals, coeffs: (B, c) the coefficients of their clean parts, k: int, 1 <= k <= n.
     The k slots of a signal are its coordinates along the top-k principal directions of x (the right singular
     vectors of x after subtracting each position's mean over the B signals, largest singular values first): the k
@@ -72,8 +76,10 @@ def slot_probe_r2(x, coeffs, k):
     Hint 2 (plan): centre x over the batch; singular value decomposition; keep the first k right singular
         vectors; project the centred x on them; append a column of ones; least squares to coeffs; compare the
         residual with the spread of coeffs.
-    Hint 3 (formula): with X the centred signals and V_k the first k right singular vectors, S = X V_k (B, k);
-        W minimises the squared error of [S, 1] W against the coefficients C; R^2 = 1 - |[S, 1] W - C|^2 / |C - mean(C)|^2.
+    Hint 3 (formula): in words: the slots of a signal are the dot products of its centred version with the first
+        k right singular vectors; the fit is ordinary least squares from those k numbers and a constant to the
+        coefficients; R^2 is one minus the summed squared residual (over every signal and coefficient) divided
+        by the summed squared deviation of the coefficients from their batch means.
     """
     raise NotImplementedError("Task 3.3")
 
@@ -81,44 +87,46 @@ def slot_probe_r2(x, coeffs, k):
 def slots_needed(x, coeffs, share):
     """Task 3.4: the smallest k whose slots carry a given share of the coefficients (predict it, then measure).
 
-    Notebook 03, section 6 found that a Linformer's k sets how much of the signal its slots can pass on. Here: the
-    smallest k (a Python int, 1 <= k <= n) for which slot_probe_r2(x, coeffs, k) >= share, or n + 1 when no k
-    reaches it. Before you run it, predict the answer for a sum of f sinusoids (2f coefficients) at share 0.9. The
+    How many linear slots does a signal need? Here: the smallest k (a Python int, 1 <= k <= n) for which
+    slot_probe_r2(x, coeffs, k) >= share, or n + 1 when no k reaches it. Before you run it, predict the answer for
+    a sum of f sinusoids (2f coefficients) at share 0.9. It is the count for *linear* slots only: a trained layer
+    can learn a nonlinear encoding that carries more in fewer slots (notebook 03's appendix). The
     grader compares with its own measurement on sums of 2, 3 and 5 sinusoids, at two shares. It calls your
     slot_probe_r2, so Task 3.3 must pass first.
 
-    Hint 1 (nudge): R^2 can only grow when k grows (more slots, a larger space of fits). So where do you start?
-    Hint 2 (plan): try k = 1, 2, ... in order with your Task 3.3 and return the first k that reaches the share.
-    Hint 3 (formula): the answer is min { k : R^2(k) >= share }, found by trying k in increasing order, and n + 1
-        when even k = n falls short.
+    Hint 1 (nudge): can R^2 fall when one more slot is added? (A fit with one more slot may always ignore it.)
+    Hint 2 (plan): predict first, from the number of coefficients; then measure R^2 at a few k with your Task 3.3
+        and see where it crosses the share; decide what the function returns when it never does.
+    Hint 3 (formula): in words: because R^2 never decreases with k, the k that reach the share form a run that
+        ends at n; the answer is where that run begins, and the value the docstring names when the run is empty.
     """
     raise NotImplementedError("Task 3.4")
 
 
-def linformer_slots(q, k, v, E, F, mask=None):
-    """Task 3.5 (extend task): Linformer with structured projections, where a slot may hold no real token.
+def causal_window_linformer(q, k, v, window):
+    """Task 3.5 (extend task): a causal Linformer: pooled slots of past windows, exact attention in the current one.
 
-    Extends notebook 03's appendices on structured projections (pooling, convolution) and padding: padding, or a
-    sequence shorter than seq_len, can leave a slot with no real position; here you make the forward pass handle it. Same shapes as Task 3.2 (E and F each shared or per head).
-    A slot j "holds a token" in sequence b (and head h, for per-head projections) when E or F gives a nonzero
-    weight to at least one real position i < M. A slot that holds none is not a token: leave it out of the
-    softmax, as exact attention leaves out a padded key. A query left with no slot at all returns zeros
-    (never NaN). Raise ValueError for M longer than E or F. Then a selection E = F (row j one-hot at position
-    p_j) reproduces exact attention restricted to the selected real keys, and E = F = I exact masked attention.
-    The grader checks: dense per-head E with padding against minilin.linformer.linformer_attention; E = F = I
-    (seq_len > M, padded) against softmax_attention with the mask; per-head and shared selections against a loop
-    over batch and heads that attends to the selected real keys only (one sequence keeps none); and the same
-    with NaN stored in every padded key and value. Two head sizes, N != M, batch > 1 and heads > 1 throughout.
+    Extends notebook 03, section 5 and its appendix on a slot mask: with mean-pooling slots, a mask that keeps only
+    the completed windows is causal, but most queries lose their own window. Here each query gets it back, exactly.
+    q, k: (B, H, n, D), v: (B, H, n, Dv), window: int  ->  (B, H, n, Dv); self-attention (queries and keys at the
+    same n positions), no mask. Cut the positions into windows of `window` consecutive positions from position 0
+    (the last one shorter when window does not divide n). Query t, in window w, attends in ONE softmax over
+      - one slot per completed window u < w: the mean of window u's keys as its key, the mean of its values as
+        its value;
+      - every position s of its own window with s <= t: the key and value at s.
+    Every score is a dot product divided by √D. Raise ValueError unless window >= 1. Output t must not depend on
+    any input after t. The grader checks window = 1 and window >= n (both are exact causal attention), windows
+    that divide n and that do not, D != Dv, against a loop over the queries, and that outputs 0..t stay put when
+    every input after t is replaced.
 
-    Hint 1 (nudge): Task 3.2 gives a padded slot a key of zeros, so it still gets weight exp(0) in the softmax.
-        What did notebook 01 do with a key that must get no weight at all?
-    Hint 2 (plan): from the mask, the weight each slot puts on real positions (E's first M columns, their
-        absolute values summed over the real positions: (B, k), or (B, H, k) per head); a slot is live when
-        that sum is positive for E or for F; project as in Task 3.2; give dead slots a score of minus infinity
-        before the softmax; turn the NaN of an all-dead row into zeros.
-    Hint 3 (formula): live[b, (h,) j] = (Σ_{i<M, mask[b,i]} |E[(h,) j, i]| > 0) or (the same sum for F > 0);
-        out[b, h, t] = Σ_{j live} a_tj (F̃ V)_j with a_tj = exp(s_tj) / Σ_{j' live} exp(s_tj'), s_tj the scaled
-        score of query t with projected key j; out = 0 when no slot is live.
+    Hint 1 (nudge): the appendix's slot mask keeps the past windows; what did notebook 01 use to let a query see
+        the keys up to itself and none after?
+    Hint 2 (plan): handle one window of queries at a time: build its slots from the windows before it, put them
+        beside the window's own keys and values, score its queries against both, hide the own-window keys that
+        come after each query, one softmax, then mix the matching values.
+    Hint 3 (formula): in words: output t is a weighted mean of the mean values of the completed windows and the
+        values of its own window up to t, each weight proportional to the exponential of query t's scaled dot
+        product with the matching key (a window's mean key, or the key itself).
     """
     raise NotImplementedError("Task 3.5")
 
@@ -135,7 +143,9 @@ def linformer_matmul_flops(batch, heads, n, m, d, dv, proj_len):
     Hint 1 (nudge): list the four matrix products of the forward pass and the shape of each operand.
     Hint 2 (plan): an (a, b) @ (b, c) product costs 2·a·b·c FLOPs; a product that broadcasts over batch and
         heads costs that once per (batch, head) pair; add the four products.
-    Hint 3 (formula): per head, projecting the keys costs 2·k·m·d and the values 2·k·m·dv; the scores cost
-        2·n·k·d and the weighted sum of projected values 2·n·k·dv; multiply the sum by batch · heads.
+    Hint 3 (formula): in words: each product costs twice the product of its three sizes (the left factor's rows,
+        the summed dimension, the right factor's columns); write both operands' shapes for each of the four
+        before you multiply, since they differ in which of n, m, proj_len, d and dv they involve; each repeats
+        once per batch element and head.
     """
     raise NotImplementedError("Task 3.6")

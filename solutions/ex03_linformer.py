@@ -38,24 +38,22 @@ def slots_needed(x, coeffs, share):
     return next((k for k in range(1, n + 1) if slot_probe_r2(x, coeffs, k) >= share), n + 1)
 
 
-def linformer_slots(q, k, v, E, F, mask=None):
-    M = k.shape[2]
-    if M > E.shape[-1] or M > F.shape[-1]:
-        raise ValueError(f"sequence length {M} exceeds seq_len={min(E.shape[-1], F.shape[-1])} of E/F")
-    real = torch.ones(k.shape[0], M, dtype=k.dtype) if mask is None else mask.to(k.dtype)  # (B, M)
-    weight = lambda P: torch.einsum("...jm,bm->b...j", P[..., :M].abs(), real)  # (B, k) or (B, H, k)
-    wE, wF = weight(E), weight(F)
-    if wE.ndim != wF.ndim:
-        wE, wF = (w if w.ndim == 3 else w[:, None, :] for w in (wE, wF))
-    live = (wE > 0) | (wF > 0)  # (B, k) or (B, H, k): a slot that holds at least one real position
-    live = live[:, None, None, :] if live.ndim == 2 else live[:, :, None, :]  # (B, 1|H, 1, k)
-    if mask is not None:
-        keep = mask[:, None, :, None]
-        k, v = k.masked_fill(~keep, 0.0), v.masked_fill(~keep, 0.0)
-    k_proj, v_proj = E[..., :M] @ k, F[..., :M] @ v
-    scores = (q @ k_proj.transpose(-2, -1) / math.sqrt(q.shape[-1])).masked_fill(~live, float("-inf"))
-    weights = torch.softmax(scores, dim=-1).nan_to_num(0.0)  # a query with no live slot: all -inf -> zeros
-    return weights @ v_proj
+def causal_window_linformer(q, k, v, window):
+    if window < 1:
+        raise ValueError(f"window must be >= 1, got {window}")
+    n = k.shape[2]
+    per_window = []
+    for start in range(0, n, window):  # one window of queries at a time
+        stop, done = min(start + window, n), start // window  # done: the completed windows before this one
+        k_past = k[:, :, :start].unflatten(2, (done, window)).mean(3)  # (B, H, done, D): one slot per window
+        v_past = v[:, :, :start].unflatten(2, (done, window)).mean(3)  # (B, H, done, Dv)
+        keys = torch.cat([k_past, k[:, :, start:stop]], dim=2)  # slots, then the window's own keys
+        values = torch.cat([v_past, v[:, :, start:stop]], dim=2)
+        scores = q[:, :, start:stop] @ keys.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (B, H, w, done + w)
+        own = torch.ones(stop - start, stop - start, dtype=torch.bool).tril()  # s <= t inside the window
+        allowed = torch.cat([torch.ones(stop - start, done, dtype=torch.bool), own], dim=1)
+        per_window.append(scores.masked_fill(~allowed, float("-inf")).softmax(dim=-1) @ values)
+    return torch.cat(per_window, dim=2)  # (B, H, n, Dv)
 
 
 def linformer_matmul_flops(batch, heads, n, m, d, dv, proj_len):

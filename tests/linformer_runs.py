@@ -9,7 +9,7 @@ Every run is `minilin.denoise.train_denoiser`'s loop (the same seeding, data ord
 so that the held-out MSE can be read along the way: its first steps are the ones the notebook's live run
 repeats. Models: exact attention, Linformer with k = 4, 8, 16 (headwise sharing, fan_in E, F), fixed mean
 pooling with k = 8 rescaled to the learned E's key scale (the notebook's matched-pooling control), and the same
-block with attention switched off (it outputs zeros). Each at three learning rates and three seeds.
+block with attention switched off (it outputs zeros). Each at two learning rates and three seeds.
 
 For each trained Linformer the file also holds a linear probe: least squares from the slot vectors of the
 block (E Z and F Z, Z the block's normalised input, flattened) to the 8 coefficients of the clean signal (the

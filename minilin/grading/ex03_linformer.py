@@ -2,7 +2,7 @@
 
 3.1 mean pooling for n not divisible by k; 3.2 the hardened forward pass; 3.3 the R^2 of a probe from k principal
 slots of a signal to its coefficients; 3.4 the smallest k that carries a share of them (the chapter's finding on
-sums of 2, 3, 5 and 6 sinusoids); 3.5 (extend) slots with no real token; 3.6 (extend) cross-attention FLOPs.
+sums of 2, 3, 5 and 6 sinusoids); 3.5 (extend) a causal Linformer with windows; 3.6 (extend) cross-attention FLOPs.
 """
 import math
 
@@ -10,7 +10,8 @@ import torch
 
 from minilin import linformer
 from minilin.attention import softmax_attention
-from minilin.grading.checks import CannotGrade, Chapter, Failure, check, compare, equal, expect_close, rand, raises
+from minilin.grading.checks import (CannotGrade, Chapter, Failure, check, compare, equal, expect_close, kind, rand,
+                                    raises)
 
 CHAPTER = Chapter(3, "ex03_linformer", "the Linformer layer", allowed=("minilin.attention.softmax_attention",))
 
@@ -150,73 +151,62 @@ def slots_needed(f):
 
 
 # ---- extend tasks: the idea on cases notebook 03 does not solve ------------------------------------------
-def selection(positions, n):
-    """A loop reference: row j of the (..., k, n) result is one-hot at positions[..., j]."""
-    out = torch.zeros(*positions.shape, n, dtype=torch.float64)
-    for idx in torch.cartesian_prod(*[torch.arange(s) for s in positions.shape]).view(-1, positions.ndim):
-        out[tuple(idx.tolist()) + (int(positions[tuple(idx.tolist())]),)] = 1.0
+def window_by_loop(q, k, v, w):
+    """Loop reference for Task 3.5: query t attends, in one softmax, to the mean key/value of every completed
+    window before its own and to each key/value of its own window at positions s <= t."""
+    out = torch.zeros(*q.shape[:3], v.shape[-1], dtype=torch.float64)
+    for t in range(q.shape[2]):
+        start = (t // w) * w
+        parts = [(k[:, :, u:u + w].mean(2), v[:, :, u:u + w].mean(2)) for u in range(0, start, w)]
+        parts += [(k[:, :, s], v[:, :, s]) for s in range(start, t + 1)]
+        K = torch.stack([a for a, _ in parts], dim=2)  # (B, H, slots + own, D)
+        V = torch.stack([b for _, b in parts], dim=2)
+        a = torch.softmax(q[:, :, t, None] @ K.transpose(-2, -1) / math.sqrt(q.shape[-1]), dim=-1)
+        out[:, :, t] = (a @ V)[:, :, 0]
     return out
 
 
-def kept_keys_attention(q, k, v, positions, mask):
-    """Loop reference: query attends exactly to the keys at `positions` (per head) that are real; none: zeros."""
-    B, H, N, _ = q.shape
-    out = torch.zeros(B, H, N, v.shape[-1], dtype=torch.float64)
-    for b in range(B):
-        for h in range(H):
-            pos = positions[h] if positions.ndim == 2 else positions
-            keep = [int(p) for p in pos if p < k.shape[2] and (mask is None or bool(mask[b, p]))]
-            if keep:
-                idx = torch.tensor(keep)
-                out[b, h] = softmax_attention(q[b, h][None, None], k[b, h, idx][None, None],
-                                              v[b, h, idx][None, None])[0, 0]
-    return out
+# (B, H, n, D, Dv, window): windows that divide n, then windows that do not (the last window shorter)
+WINDOW_DIVIDES = ((2, 3, 12, 4, 3, 3), (1, 2, 16, 6, 6, 4))
+WINDOW_REST = ((2, 2, 10, 4, 5, 3), (3, 1, 11, 5, 2, 4))
 
 
-# (B, H, N, M, D, Dv, seq_len, lengths, positions (k,) or (H, k)): selected positions past M or in the padding
-# feed no slot; the second case has a sequence whose selected keys are all padding (it must output zeros).
-SLOT_CASES = (
-    (2, 3, 5, 7, 4, 3, 10, (7, 4), torch.tensor([[0, 2, 5, 8], [1, 3, 4, 6], [6, 0, 9, 2]])),
-    (3, 2, 4, 9, 6, 2, 12, (9, 5, 2), torch.tensor([11, 3, 0, 7, 4])),
-)
+def _window_inputs(B, H, n, D, Dv, seed):
+    return rand(B, H, n, D, seed=seed), rand(B, H, n, D, seed=seed + 1), rand(B, H, n, Dv, seed=seed + 2)
 
 
-@CHAPTER.task("3.5", "linformer_slots", extend=True)
-def linformer_slots(f):
-    """Linformer with structured projections: slots with no real position leave the softmax"""
-    ref = linformer.linformer_attention
-    dense = []
-    for i, shape in enumerate(FWD_SHAPES):
-        q, k, v, E, F = _forward_inputs(i, *shape, per_head=True)
-        mask = lengths_mask(*[shape[3] - b for b in range(shape[0])], M=shape[3])
-        dense.append((f(q, k, v, E, F, mask=mask), ref(q, k, v, E, F, mask=mask)))
-    yield all_close(dense, "minilin.linformer.linformer_attention with dense E (per head), F and padding")
-    eye = []
-    for i, (B, H, N, M, D, Dv, n, lengths, _) in enumerate(SLOT_CASES):
-        q, k, v = rand(B, H, N, D, seed=60 + i), rand(B, H, M, D, seed=61 + i), rand(B, H, M, Dv, seed=62 + i)
-        mask = lengths_mask(*lengths, M=M)
-        I = torch.eye(n, dtype=torch.float64)  # seq_len > M: slots M..n-1 hold no position at all
-        eye.append((f(q, k, v, I, I, mask=mask), softmax_attention(q, k, v, mask=mask)))
-    yield all_close(eye, "exact attention with the padding mask (E = F = identity, seq_len > M)")
-    sel, nan = [], []
-    for i, (B, H, N, M, D, Dv, n, lengths, positions) in enumerate(SLOT_CASES):
-        q, k, v = rand(B, H, N, D, seed=70 + i), rand(B, H, M, D, seed=71 + i), rand(B, H, M, Dv, seed=72 + i)
-        mask = lengths_mask(*lengths, M=M)
-        if i == 1:
-            mask[2] = False
-            mask[2, 1] = True  # sequence 2: one real token, at a position no slot selects
-        E = selection(positions, n)
-        expected = kept_keys_attention(q, k, v, positions, mask)
-        sel.append((f(q, k, v, E, E, mask=mask), expected))
-        k_nan, v_nan = k.clone(), v.clone()
-        k_nan[~mask[:, None, :, None].expand_as(k)] = float("nan")
-        v_nan[~mask[:, None, :, None].expand_as(v)] = float("nan")
-        nan.append((f(q, k_nan, v_nan, E, E, mask=mask), expected))
-    yield all_close(sel, "exact attention over the selected real keys, per head (a loop; no key left: zeros)")
-    yield all_close(nan, "the same loop reference, with NaN stored in every padded key and value")
-    q1 = rand(2, 2, 6, 3, seed=8)
-    yield raises(f(q1, q1, q1, torch.eye(5, 6, dtype=torch.float64)[:, :5], torch.eye(5, dtype=torch.float64)),
-                 "ValueError", why="(6 keys but E, F have only 5 columns: Linformer has a fixed maximum length)")
+@CHAPTER.task("3.5", "causal_window_linformer", extend=True)
+def causal_window_linformer(f):
+    """a causal Linformer: pooled slots of completed windows plus exact attention inside the current one"""
+    exact = []
+    for i, (B, H, n, D, Dv, _) in enumerate(WINDOW_DIVIDES + WINDOW_REST):
+        q, k, v = _window_inputs(B, H, n, D, Dv, seed=80 + 3 * i)
+        exact.append((f(q, k, v, 1 if i % 2 == 0 else n + i), softmax_attention(q, k, v, causal=True)))
+    yield all_close(exact, "exact causal attention (window = 1: every slot is one key; window >= n: one window)")
+    for cases, what in ((WINDOW_DIVIDES, "windows that divide n"), (WINDOW_REST, "windows that do not divide n")):
+        pairs = []
+        for i, (B, H, n, D, Dv, w) in enumerate(cases):
+            q, k, v = _window_inputs(B, H, n, D, Dv, seed=100 + 3 * i + len(what))
+            pairs.append((f(q, k, v, w), window_by_loop(q, k, v, w)))
+        yield all_close(pairs, f"a loop over the queries (pooled completed windows + own window up to t), {what}")
+    B, H, n, D, Dv, w = WINDOW_REST[0]
+    q, k, v = _window_inputs(B, H, n, D, Dv, seed=130)
+    t0 = 6  # inside a window: the rest of that window and all later windows are the future
+    q2, k2, v2 = (x.clone() for x in (q, k, v))
+    for x, seed in ((q2, 131), (k2, 132), (v2, 133)):
+        x[:, :, t0 + 1:] = rand(*x[:, :, t0 + 1:].shape, seed=seed, scale=100.0)
+    expected = window_by_loop(q, k, v, w)[:, :, :t0 + 1]
+    call = f(q2, k2, v2, w)
+
+    def judge(got):
+        if not isinstance(got, torch.Tensor) or got.shape != (B, H, n, Dv):
+            raise Failure(f"{call.describe()}\n  expected a tensor of shape {(B, H, n, Dv)}, got {kind(got)}")
+        expect_close(got[:, :, :t0 + 1], expected, call=call, atol=1e-10,
+                     what=f"the loop reference on the unchanged inputs, outputs 0..{t0} (the inputs after "
+                          f"position {t0} were replaced by others 100 times larger: a causal layer ignores them)")
+    yield check(call, judge=judge)
+    q1 = rand(1, 1, 4, 2, seed=8)
+    yield raises(f(q1, q1, q1, 0), "ValueError", why="(a window of 0 positions holds no key)")
 
 
 FLOP_SHAPES = ((2, 3, 64, 64, 16, 16, 8), (1, 2, 40, 96, 8, 24, 12), (4, 1, 100, 30, 32, 5, 6))

@@ -75,17 +75,42 @@ MUTANTS = {
     "3.4-one-slot-per-coefficient-whatever-the-share": ("3.4", (
         "def slots_needed(x, coeffs, share):\n"
         "    return coeffs.shape[1]\n")),
-    "3.5-padded-slots-stay-in-the-softmax": ("3.5", (
+    "3.5-own-window-unmasked-reads-ahead": ("3.5", (
         "import math\nimport torch\n"
-        "def linformer_slots(q, k, v, E, F, mask=None):\n"
-        "    M = k.shape[2]\n"
-        "    if M > E.shape[-1] or M > F.shape[-1]:\n"
-        "        raise ValueError('too long')\n"
-        "    if mask is not None:\n"
-        "        k = k.masked_fill(~mask[:, None, :, None], 0.0)\n"
-        "        v = v.masked_fill(~mask[:, None, :, None], 0.0)\n"
-        "    kp, vp = E[..., :M] @ k, F[..., :M] @ v\n"
-        "    return torch.softmax(q @ kp.transpose(-2, -1) / math.sqrt(q.shape[-1]), -1) @ vp\n")),
+        "def causal_window_linformer(q, k, v, window):\n"
+        "    if window < 1:\n"
+        "        raise ValueError('window')\n"
+        "    n, outs = k.shape[2], []\n"
+        "    for start in range(0, n, window):\n"
+        "        stop, done = min(start + window, n), start // window\n"
+        "        kp = k[:, :, :start].unflatten(2, (done, window)).mean(3)\n"
+        "        vp = v[:, :, :start].unflatten(2, (done, window)).mean(3)\n"
+        "        keys, vals = torch.cat([kp, k[:, :, start:stop]], 2), torch.cat([vp, v[:, :, start:stop]], 2)\n"
+        "        s = q[:, :, start:stop] @ keys.transpose(-2, -1) / math.sqrt(q.shape[-1])\n"
+        "        outs.append(s.softmax(-1) @ vals)\n"
+        "    return torch.cat(outs, 2)\n")),
+    "3.5-exact-causal-attention-no-pooling": ("3.5", (
+        "from minilin.attention import softmax_attention\n"
+        "def causal_window_linformer(q, k, v, window):\n"
+        "    if window < 1:\n"
+        "        raise ValueError('window')\n"
+        "    return softmax_attention(q, k, v, causal=True)\n")),
+    "3.5-past-slots-only-the-appendix-mask": ("3.5", (
+        "import math\nimport torch\n"
+        "def causal_window_linformer(q, k, v, window):\n"
+        "    if window < 1:\n"
+        "        raise ValueError('window')\n"
+        "    n, outs = k.shape[2], []\n"
+        "    for start in range(0, n, window):\n"
+        "        stop, done = min(start + window, n), start // window\n"
+        "        if done == 0:\n"
+        "            outs.append(torch.zeros(*q.shape[:2], stop - start, v.shape[-1], dtype=q.dtype))\n"
+        "            continue\n"
+        "        kp = k[:, :, :start].unflatten(2, (done, window)).mean(3)\n"
+        "        vp = v[:, :, :start].unflatten(2, (done, window)).mean(3)\n"
+        "        s = q[:, :, start:stop] @ kp.transpose(-2, -1) / math.sqrt(q.shape[-1])\n"
+        "        outs.append(s.softmax(-1) @ vp)\n"
+        "    return torch.cat(outs, 2)\n")),
     "3.6-self-attention-count-8nkd": ("3.6", (
         "def linformer_matmul_flops(batch, heads, n, m, d, dv, proj_len):\n"
         "    return 8 * batch * heads * n * proj_len * d\n")),
