@@ -88,7 +88,21 @@ class NotAWeight:
     """An arbitrary class: a checkpoint holding one must be refused by torch.load(weights_only=True)."""
 
 
+_COPIES = {"scratch": None, "tensors": {}}
+
+
+def _copy(tensor, scratch):
+    """One copy of `tensor` per step (its scratch folder): learner code that writes into its input changes neither
+    the caller's tensor (in-process runs share the built checks) nor another step's, while a step's second call
+    on the same tensor still sees what the first wrote."""
+    if _COPIES["scratch"] != scratch:
+        _COPIES.update(scratch=scratch, tensors={})
+    return _COPIES["tensors"].setdefault(id(tensor), (tensor, tensor.clone()))[1]
+
+
 def resolve(value, scratch):
+    if isinstance(value, torch.Tensor):
+        return _copy(value, scratch)
     if isinstance(value, Gen):
         return torch.Generator().manual_seed(value.seed)
     if isinstance(value, Scratch):

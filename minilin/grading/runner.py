@@ -17,7 +17,6 @@ passed only if its twin passes too. The number of checks (and so partial credit,
 stays the number of public checks; a twin's failure is the check's failure, its message saying so. A table of
 the reference's answers to the fixed inputs cannot pass a twin.
 """
-import ast
 import collections
 import dataclasses
 import itertools
@@ -31,9 +30,10 @@ import torch
 
 from minilin.grading import honesty, sandbox, submission
 from minilin.grading.calls import dumps, execute, loads_untrusted, summary
-from minilin.grading.calls import Call
 from minilin.grading.checks import CannotGrade, Failure, fresh_secret
-from minilin.grading.course import CHAPTERS, task_key
+from minilin.grading.causes import add_causes
+from minilin.grading.course import CHAPTERS
+from minilin.grading.fresh import fresh_message, twins
 from minilin.grading.pipe import Child, ChildGone
 from minilin.grading.text import one_line, visible
 
@@ -403,113 +403,11 @@ def label(index, step, hidden, fresh=False):
     return index + 1, what + (", fresh inputs" if fresh else ""), hidden
 
 
-FRESH = "fresh inputs: check {n} passed on its fixed inputs and fails on a new random draw of the same shapes " \
-        "(drawn anew each run, same tolerance): the function must work for any input, not only the ones shown"
-
-
-def fresh_message(message, fresh):
-    """A twin's failure: the usual lines (the call by its shapes, what differs and by how much), then what a
-    fresh draw is. The draw's values are never shown: they change with every run."""
-    if not fresh:
-        return message
-    lines = message.splitlines() or [""]
-    return "\n".join([lines[0], *lines[1:], "  " + FRESH.format(n=fresh)])
-
-
-def same_calls(a, b):
-    """True when two steps send the same inputs (then a fresh twin would only repeat the check)."""
-    return len(a.calls) == len(b.calls) and all(_same(x, y) for x, y in zip(a.calls, b.calls))
-
-
-def _same(x, y):
-    if type(x) is not type(y):
-        return False
-    if isinstance(x, torch.Tensor):
-        return x.shape == y.shape and x.dtype == y.dtype and bool(torch.equal(x, y) if x.device.type != "meta"
-                                                                   else True)
-    if isinstance(x, Call):
-        return (x.fn, x.capture, x.raises, x.label) == (y.fn, y.capture, y.raises, y.label) and \
-            _same(x.args, y.args) and _same(x.kwargs, y.kwargs)
-    if isinstance(x, (tuple, list)):
-        return len(x) == len(y) and all(map(_same, x, y))
-    if isinstance(x, dict):
-        return x.keys() == y.keys() and all(_same(x[k], y[k]) for k in x)
-    if isinstance(x, torch.nn.Module):
-        return _same(x.state_dict(), y.state_dict()) and repr(x) == repr(y)
-    try:
-        return bool(x == y)
-    except Exception:  # an object without a usable ==: treat as different (the twin runs)
-        return False
-
-
-def twins(task, steps, secret, extra=()):
-    """([fresh step or None, one per step], why none) for `task`: None where the fresh build sends the same
-    inputs as the fixed one (nothing random in them). A build that fails or yields other steps gets no twins,
-    and the reason is returned for the grader's first line (never silently)."""
-    try:
-        fresh = task.fresh_steps(secret, extra)
-    except Exception as err:  # a builder that cannot draw fresh inputs: its fixed checks still run
-        return [None] * len(steps), f"fixed inputs only, the fresh build failed ({type(err).__name__}: {err})"
-    if len(fresh) != len(steps):
-        return [None] * len(steps), f"fixed inputs only, the fresh build made {len(fresh)} checks, not {len(steps)}"
-    out = [None if same_calls(s, f) else f for s, f in zip(steps, fresh)]
-    return out, "" if any(out) else "fixed inputs only (no random inputs)"
-
-
 def counted(result, total):
     """A Result decided without running its checks (missing file, syntax error...): every check failed."""
     if result.checks or not total:
         return result
     return dataclasses.replace(result, checks=(result.status == "pass",) * total)
-
-
-def _calls(source):
-    """{top-level function: (first line, last line, names it uses)} of a learner's file."""
-    out = {}
-    for node in honesty.parse(source).body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            names = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)} - {node.name}
-            out[node.name] = (node.lineno, node.end_lineno, names)
-    return out
-
-
-def add_causes(chapter, source, results):
-    """A failing task whose function calls another failing task's function says so (in Result.cause).
-
-    Certain when the exception's traceback passes through the other function ("fails because"); otherwise
-    found statically, through the file's own helpers ("probably fails because")."""
-    try:
-        defs = _calls(source)
-    except (SyntaxError, ValueError, RecursionError):
-        return
-    owner = {f: t for t in chapter.tasks.values() for f in t.functions}
-    for task in chapter.tasks.values():
-        result = results.get(task.id)
-        if result is None or result.status in ("pass", "missing"):
-            continue
-        reached, seen, todo = [], set(), list(task.functions)
-        while todo:  # through the file's helpers, stopping at other tasks' functions
-            name = todo.pop(0)
-            for used in sorted(defs.get(name, (0, 0, set()))[2]):
-                if used in seen or used not in defs:
-                    continue
-                seen.add(used)
-                if used in owner and owner[used].id != task.id:
-                    reached.append(used)
-                elif used not in owner:
-                    todo.append(used)
-        failing = [f for f in reached if results.get(owner[f].id) and results[owner[f].id].status != "pass"
-                   and results[owner[f].id].message != result.message]  # not one failure of the whole file
-        if not failing:
-            continue
-        inside = [f for f in failing if any(file == chapter.file and defs[f][0] <= line <= defs[f][1]
-                                            for file, line in result.lines)]
-        name = (inside or sorted(failing, key=lambda f: task_key(owner[f].id)))[0]
-        other = results[owner[name].id]
-        how = "is not implemented yet" if other.message.startswith("not implemented yet") else "fails"
-        cause = f"{'fails' if inside else 'probably fails'} because it calls your {name} " \
-                f"(Task {owner[name].id}), which {how}"
-        results[task.id] = dataclasses.replace(result, cause=cause)
 
 
 def judge(step, values):
