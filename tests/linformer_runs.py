@@ -54,6 +54,16 @@ class AttentionOff(nn.Module):
         return torch.zeros_like(x)
 
 
+
+def train_step(model, opt, data):
+    """One Adam step on a fresh batch of BATCH noisy signals (MSE to the clean ones); the loss, as a float."""
+    x, y = smooth_signal_batch(BATCH, N, data)
+    loss = (model(x) - y).square().mean()
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    opt.step()
+    return loss.item()
+
 def key_scale(model, x):
     """Var(E K) / Var(K) of the first block's keys for inputs x (the notebook's matched-pooling rule)."""
     a = model.blocks[0].attn
@@ -140,12 +150,7 @@ def run(name, lr, seed, match, fit, test):
             row["train_mse"].append(sum(recent) / len(recent) if recent else None)
         if step == STEPS:
             break
-        x, y = smooth_signal_batch(BATCH, N, data)
-        loss = (model(x) - y).square().mean()
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
+        losses.append(train_step(model, opt, data))
     row["first_losses"] = losses[:10]
     row["train_s"] = round(time.perf_counter() - start, 1)
     if linformer:
@@ -182,11 +187,7 @@ def probe_runs(out):
                         row["probe_r2"][w].append(probe_r2(model, fit, test, w))
                 if step == PROBE_AT[-1]:
                     break
-                x, y = smooth_signal_batch(BATCH, N, data)
-                loss = (model(x) - y).square().mean()
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                opt.step()
+                train_step(model, opt, data)
             doc["runs"].append(row)
             print(row["model"], seed, row["test_mse"][-1], {w: round(v[-1], 3) for w, v in row["probe_r2"].items()},
                   flush=True)
