@@ -353,3 +353,24 @@ def test_attention_off_trains_under_compare():
                          eval_interval=2, eval_batches=1)
     rows = compare(["attention-off"], config, data=ByteCorpus(block_size=16))
     assert rows[0]["status"] == "ok" and rows[0]["arch"] == "attention-off" and math.isfinite(rows[0]["val_bits_per_byte"])
+
+
+def test_sample_next_compares_devices_by_type_and_index(monkeypatch):
+    """A generator made on torch.device("cuda") reports "cuda", the logits "cuda:0": the same device (issue 42's crash
+    came from treating them as different and drawing on the CPU with a CUDA generator)."""
+    from minilin.model import same_device
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    assert same_device("cuda", "cuda:0") and same_device(torch.device("cuda:0"), "cuda")
+    assert not same_device("cuda", "cuda:1") and not same_device("cuda:0", "cpu")
+    assert same_device("cpu", torch.device("cpu"))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (checks a generator on another device)")
+def test_sample_next_with_a_generator_on_another_device_than_the_logits():
+    logits = torch.randn(4, 50, generator=torch.Generator().manual_seed(0))
+    draws = {}
+    for gen_dev, logit_dev in [("cuda", "cuda:0"), ("cuda:0", "cuda"), ("cuda", "cpu"), ("cpu", "cuda")]:
+        out = sample_next(logits.to(logit_dev), generator=torch.Generator(device=gen_dev).manual_seed(3))
+        assert out.device.type == torch.device(logit_dev).type and out.shape == (4,)
+        draws[gen_dev, logit_dev] = out.cpu()
+    assert torch.equal(draws["cuda", "cuda:0"], draws["cuda:0", "cuda"])  # same generator device, same draws
