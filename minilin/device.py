@@ -77,3 +77,19 @@ def data_parallel(model, device):
     no_sync = ({"forward_sync_buffers": False} if "forward_sync_buffers" in inspect.signature(DDP).parameters
                else {"broadcast_buffers": False})  # the name changed in torch 2.13
     return DDP(model, device_ids=[device.index] if device.type == "cuda" else None, **no_sync)
+
+
+def canonical_device(device):
+    """torch.device with its index filled in: "cuda" -> "cuda:<current>", so that "cuda" and "cuda:0" compare equal."""
+    device = torch.device(device)
+    if device.type != "cpu" and device.index is None:
+        backend = getattr(torch, device.type, None)
+        current = getattr(backend, "current_device", None)
+        if current is not None:
+            return torch.device(device.type, current())
+    return device
+
+
+def same_device(a, b):
+    """True when two devices name the same one (a generator's "cuda" and a tensor's "cuda:0" do)."""
+    return canonical_device(a) == canonical_device(b)

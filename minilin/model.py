@@ -27,6 +27,7 @@ import torch.nn.functional as F
 
 from minilin.attention import ExactSelfAttention, sdpa_attention  # noqa: F401 (re-exported for old imports)
 from minilin.data import IGNORE, MASK_ID, VOCAB_SIZE
+from minilin.device import canonical_device, same_device
 from minilin.variants import ATTENTIONS, VARIANTS, module_for_layer
 
 POSITIONS = ("learned", "rope", "none")
@@ -329,27 +330,10 @@ def sample_next(logits, *, temperature=1.0, top_k=None, generator=None):
         kth = torch.topk(logits, min(top_k, logits.shape[-1]), dim=-1).values[:, -1:]
         logits = logits.masked_fill(logits < kth, float("-inf"))
     probs = torch.softmax(logits, dim=-1)
-    if generator is not None and same_device(generator.device, probs.device) is False:
-        # torch.multinomial draws on the generator's device: sample there, hand the ids back where the logits are
-        gen_device = canonical_device(generator.device)
+    if generator is not None and not same_device(generator.device, probs.device):
+        gen_device = canonical_device(generator.device)  # multinomial draws on the generator's device
         return torch.multinomial(probs.to(gen_device), 1, generator=generator)[:, 0].to(probs.device)
     return torch.multinomial(probs, 1, generator=generator)[:, 0]
-
-
-def canonical_device(device):
-    """torch.device with its index filled in: "cuda" -> "cuda:<current>", so that "cuda" and "cuda:0" compare equal."""
-    device = torch.device(device)
-    if device.type != "cpu" and device.index is None:
-        backend = getattr(torch, device.type, None)
-        current = getattr(backend, "current_device", None)
-        if current is not None:
-            return torch.device(device.type, current())
-    return device
-
-
-def same_device(a, b):
-    """True when two devices name the same one (a generator's "cuda" and a tensor's "cuda:0" do)."""
-    return canonical_device(a) == canonical_device(b)
 
 
 def lm_loss(logits, targets):

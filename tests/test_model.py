@@ -358,7 +358,7 @@ def test_attention_off_trains_under_compare():
 def test_sample_next_compares_devices_by_type_and_index(monkeypatch):
     """A generator made on torch.device("cuda") reports "cuda", the logits "cuda:0": the same device (issue 42's crash
     came from treating them as different and drawing on the CPU with a CUDA generator)."""
-    from minilin.model import same_device
+    from minilin.device import same_device
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     assert same_device("cuda", "cuda:0") and same_device(torch.device("cuda:0"), "cuda")
     assert not same_device("cuda", "cuda:1") and not same_device("cuda:0", "cpu")
