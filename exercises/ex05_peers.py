@@ -1,5 +1,6 @@
-"""Exercises for notebook 05: efficient attention, moving weights between libraries, checking a claim, and two
-new cases of linear attention (Tasks 5.6 and 5.7: use the idea on a new case).
+"""Exercises for notebook 05: efficient attention, moving weights between libraries, counting a block's FLOPs, two
+new cases of linear attention (Tasks 5.6 and 5.7: use the idea on a new case), and a measurement of the chapter's
+finding on new feature maps (Task 5.8: predict, then measure).
 
 Implement each function, then grade yourself:  python -m minilin grade --chapter 5
 Shapes follow the course convention: q (B, H, N, D), k (B, H, M, D), v (B, H, M, Dv);
@@ -14,7 +15,7 @@ import torch
 def efficient_attention(q, k, v, mask=None):
     """Task 5.1: Shen et al.'s efficient attention ρ_q(q) (ρ_k(k)ᵀ v), non-causal (arXiv 1812.01243, eq. 3).
 
-    Revisits notebook 05, section 3 ("Efficient attention"), adding the padding mask.
+    Extends notebook 05, section 3 (efficient attention without a mask) to padding, overflow and an all-padded row.
     q: (B, H, N, D), k: (B, H, M, D), v: (B, H, M, Dv), mask: (B, M) bool or None  ->  (B, H, N, Dv)
     ρ_q: softmax of each query over its D features (dim -1).
     ρ_k: softmax of each key feature over the M positions (dim -2); padded keys must get weight 0, and a
@@ -37,7 +38,7 @@ def efficient_attention(q, k, v, mask=None):
 def causal_efficient_attention(q, k, v, bucket_size=1):
     """Task 5.2: the causal variant of linear-attention-transformer 0.19.1, with prefix sums.
 
-    Revisits notebook 05, section 3, "The causal variant", with section 2's prefix sums ("Causal").
+    Extends notebook 05, section 3, "The causal variant" (which runs the package), with section 1's prefix sums.
     q, k, v: (B, H, N, D), (B, H, N, D), (B, H, N, Dv)  ->  (B, H, N, Dv);  no mask; N == M.
     Features φ_q = softmax(q) over features, φ_k = exp(k). Query i sees the keys j in `visible(i)` and
     out_i = Σ_j (φ_q(q_i)·φ_k(k_j)) v_j / Σ_j φ_q(q_i)·φ_k(k_j)
@@ -65,7 +66,8 @@ def causal_efficient_attention(q, k, v, bucket_size=1):
 def transplant_into_lat(ours, lat):
     """Task 5.3: copy our EfficientSelfAttention's weights into a linear-attention-transformer SelfAttention.
 
-    Revisits notebook 05, section 4 ("Proving agreement: weight transplants").
+    Uses notebook 05, section 3 (LAT's rows sum to D^-1/2) and section 4 (a weight transplant is tested by
+    comparing outputs); the notebook transplants FAVOR+'s projection, not these layers.
     ours: minilin.efficient.EfficientSelfAttention(dim, heads, dim_head=D) (no q/k/v bias)
     lat:  linear_attention_transformer.linear_attention_transformer.SelfAttention(dim, heads, dim_head=D),
           non-causal, same sizes, random weights.  Returns lat, modified in place, such that
@@ -88,7 +90,7 @@ def transplant_into_lat(ours, lat):
 def linformer_into_ours(theirs, ours):
     """Task 5.4: copy a `linformer` 0.2.3 LinformerSelfAttention's weights into our LinformerSelfAttention.
 
-    Revisits notebook 05, section 4 (the agreement table's first pair, in the other direction).
+    Uses notebook 05, section 4 (weight transplants); the notebook builds this pair with minilin's adapter only.
     theirs: linformer.LinformerSelfAttention(dim, seq_len, k, heads) (share_kv=False, one_kv_head=False)
     ours:   minilin.linformer.LinformerSelfAttention(dim, heads, seq_len, k, sharing="headwise")
     Returns ours, modified in place, such that ours(x) == theirs(x) for x (B, N, dim), N <= seq_len.
@@ -110,7 +112,7 @@ def linformer_into_ours(theirs, ours):
 def block_flops(batch, n, dim, *, proj_len=None, ff_mult=4):
     """Task 5.5: FLOPs of one forward pass of a pre-norm Transformer block, counted from first principles.
 
-    Revisits notebook 05, its appendix ("Numeric claims, recomputed"), for any batch, length, width and ff_mult.
+    New in notebook 05 (the notebook counts no block): for any batch, length, width and ff_mult.
     The block is minilin.model.Block: x + attn(LN(x)), then x + MLP(LN(x)) with MLP = Linear(dim, ff_mult·dim),
     GELU, Linear(ff_mult·dim, dim). attn: exact attention when proj_len is None, else Linformer projecting
     the n keys and values to proj_len positions (E @ K, F @ V; the paper calls proj_len k). Count as
@@ -126,9 +128,10 @@ def block_flops(batch, n, dim, *, proj_len=None, ff_mult=4):
         (n × Dh) @ (Dh × n) and mixing (n × n) @ (n × Dh). Linformer, per head: E @ K and F @ V, each
         (k × n) @ (n × Dh), then scores (n × Dh) @ (Dh × k) and mixing (n × k) @ (k × Dh). Sum over the heads
         with H · Dh = dim.
-    Hint 3 (formula): 8·batch·n·dim² + 4·batch·n·dim·(ff_mult·dim), plus 4·batch·n²·dim for exact attention or
-        8·batch·n·proj_len·dim for Linformer. At ff_mult = 4 and batch 1 that is the notebook's 24·n·d² + 4·n²·d
-        (exact) and 24·n·d² + 8·n·k·d (Linformer).
+    Hint 3 (formula): each product costs 2·(rows)·(shared length)·(columns). Per sequence the four projections
+        give 4 products of n·dim·dim and the MLP two of n·dim·(ff_mult·dim); exact attention adds, summed over
+        the heads, two of n·n·dim; Linformer instead adds four of n·proj_len·dim. Add them up and multiply by
+        batch.
     """
     raise NotImplementedError("Task 5.5")
 
@@ -137,7 +140,7 @@ def chunked_causal_linear_attention(q, k, v, chunk_size, mask=None):
     """Task 5.6 (use the idea on a new case): causal elu+1 linear attention computed chunk by chunk, with a key
     padding mask.
 
-    Extends notebook 05, section 2 ("Causal"): the notebook builds the masked (N × N) form and the one-token
+    Extends notebook 05, section 1 ("Causal"): the notebook builds the masked (N × N) form and the one-token
     RNN loop, and notebook 04, section 6 describes the chunked form in words; no cell writes it. Here you
     combine the two forms, as `minilin.linear` does, and add padding.
     q, k: (B, H, N, D), v: (B, H, N, Dv), chunk_size: int >= 1, mask: (B, N) bool or None  ->  (B, H, N, Dv)
@@ -167,7 +170,7 @@ def decayed_linear_attention(q, k, v, gamma):
     """Task 5.7 (use the idea on a new case): causal linear attention whose past fades by γ per step, one
     decay per head (RetNet's retention; flash-linear-attention's `fla.ops.retention`).
 
-    Extends notebook 05, section 2 ("Causal", the RNN form), to a state that decays; notebook 09 builds it later
+    Extends notebook 05, section 1 ("Causal", the RNN form), to a state that decays; notebook 09 builds it later
     (section 1), so try it before you read that.
     q, k: (B, H, N, D), v: (B, H, N, Dv), gamma: (H,) float tensor of decays in [0, 1]  ->  (B, H, N, Dv)
     out_i = D^(-1/2) Σ_{j <= i} γ_h^(i − j) (q_i·k_j) v_j  (no feature map, no normaliser; γ^0 = 1).
@@ -185,3 +188,30 @@ def decayed_linear_attention(q, k, v, gamma):
         S_i = Σ_{j ≤ i} γ_h^(i−j) k_j v_jᵀ, which is the definition above.
     """
     raise NotImplementedError("Task 5.7")
+
+
+def error_over_uniform(q, k, v, feature="elu+1"):
+    """Task 5.8 (predict, then measure): how far non-causal linear attention with a positive feature map is from
+    softmax attention, in units of uniform attention's distance, for each sequence and head.
+
+    Extends notebook 05, section 2, which measured elu+1 on one input: here any of three feature maps, any shape,
+    one number per (batch, head).
+    q, k: (B, H, N, D), v: (B, H, N, Dv), feature: "elu+1" (elu(x) + 1), "exp" (exp(x), entry by entry) or
+    "square" (x², entry by entry)  ->  a (B, H) tensor.
+    With S = softmax(q kᵀ/√D) v (exact attention), L = φ(q)(φ(k)ᵀ v) / φ(q)(φ(k)ᵀ 1) (linear attention with that
+    map, every query sees every key) and U = every query gets the mean of v (uniform attention), return
+    ‖L − S‖ / ‖U − S‖ per (batch, head), each norm over all N positions and Dv features.
+    Predict first, and write your predictions down: for inputs of unit scale, which of the three maps lands near
+    1 (no better than no attention), which below, which above? And when q, k grow four times larger? Then
+    measure (the grader does not grade predictions; notebook 05's Answers say why elu+1 lands where it does).
+    The checks use three feature maps, two shapes and two input scales, and compare every (batch, head).
+
+    Hint 1 (nudge): three outputs of the same shape, then two distances per (batch, head). Which axes does each
+        norm run over, and which axes must survive?
+    Hint 2 (plan): apply the map to q and to k; form linear attention the associative way (keys summed first,
+        into a (F × Dv) matrix and an F-vector per head); exact attention with a softmax over the keys; the mean
+        of v over the positions, broadcast to every query; two Frobenius norms over the last two axes; divide.
+    Hint 3 (formula): L_i = φ(q_i)ᵀ(Σ_j φ(k_j) v_jᵀ) / φ(q_i)ᵀ(Σ_j φ(k_j)); S_i = Σ_j softmax_j(q_i·k_j/√D) v_j;
+        U_i = (1/N) Σ_j v_j; result[b, h] = sqrt(Σ_i ‖L_i − S_i‖²) / sqrt(Σ_i ‖U_i − S_i‖²).
+    """
+    raise NotImplementedError("Task 5.8")

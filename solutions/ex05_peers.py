@@ -1,5 +1,5 @@
 """Solutions for notebook 05 (exercises/ex05_peers.py): efficient attention, weight transplants, FLOPs,
-chunked causal linear attention, decayed linear attention."""
+chunked causal linear attention, decayed linear attention, a kernel's distance to softmax against uniform attention."""
 import torch
 
 
@@ -97,3 +97,17 @@ def decayed_linear_attention(q, k, v, gamma):
         S = decay * S + torch.einsum("bhd,bhe->bhde", k[:, :, i], v[:, :, i])
         rows.append(torch.einsum("bhd,bhde->bhe", q[:, :, i], S) / D ** 0.5)
     return torch.stack(rows, dim=2)
+
+
+FEATURES = {"elu+1": lambda x: torch.nn.functional.elu(x) + 1, "exp": torch.exp, "square": torch.square}
+
+
+def error_over_uniform(q, k, v, feature="elu+1"):
+    """Task 5.8: per (batch, head), ‖linear − softmax‖ / ‖mean of v − softmax‖ (Frobenius over positions, features)."""
+    fq, fk = FEATURES[feature](q), FEATURES[feature](k)
+    memory = fk.transpose(-2, -1) @ v                      # (B, H, F, Dv): Σ_j φ(k_j) v_jᵀ
+    weight_sums = fq @ fk.sum(dim=-2).unsqueeze(-1)         # (B, H, N, 1): φ(q_i)·Σ_j φ(k_j)
+    linear = (fq @ memory) / weight_sums
+    target = torch.nn.functional.scaled_dot_product_attention(q, k, v)
+    flat = v.mean(dim=-2, keepdim=True) - target            # uniform attention's residual, broadcast over queries
+    return torch.linalg.vector_norm(linear - target, dim=(-2, -1)) / torch.linalg.vector_norm(flat, dim=(-2, -1))

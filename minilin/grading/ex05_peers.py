@@ -1,5 +1,5 @@
-"""Checks for exercises/ex05_peers.py (Tasks 5.1-5.7), against minilin.efficient, minilin.linear, minilin.model,
-the peers, and loops written here (5.7)."""
+"""Checks for exercises/ex05_peers.py (Tasks 5.1-5.8), against minilin.efficient, minilin.linear, minilin.model,
+the peers, and loops written here (5.7, 5.8)."""
 import copy
 import importlib
 import warnings
@@ -223,3 +223,29 @@ def decayed_linear_attention(f):
     yield no_future_leak(f, lambda x: (x, x, x, gamma), rand(2, 3, 8, 4, seed=50), "q, k and v")
     q3, k3, v3 = rand(2, 2, 20, 4, seed=51), rand(2, 2, 20, 4, seed=52), rand(2, 2, 20, 3, seed=53)
     yield no_quadratic_product(captured(f(q3, k3, v3, gamma2), "matmul_shapes"), 20, 20, (2, 2, 20, 3))
+
+
+MAPS = {"elu+1": lambda x: torch.nn.functional.elu(x) + 1, "exp": torch.exp, "square": lambda x: x * x}
+
+
+def error_over_uniform_reference(q, k, v, feature):
+    """Per (batch, head): ‖L − S‖ / ‖U − S‖, written as plainly as possible: the (N, N) weights of both kernels."""
+    fq, fk = MAPS[feature](q), MAPS[feature](k)
+    weights = fq @ fk.transpose(-2, -1)
+    linear = (weights / weights.sum(-1, keepdim=True)) @ v
+    exact = torch.softmax(q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5, dim=-1) @ v
+    uniform = v.mean(dim=-2, keepdim=True).expand_as(v)
+    return ((linear - exact) ** 2).sum((-2, -1)).sqrt() / ((uniform - exact) ** 2).sum((-2, -1)).sqrt()
+
+
+@CHAPTER.task("5.8", "error_over_uniform", extend=True)
+def error_over_uniform(f):
+    """a kernel's distance to softmax attention in units of uniform attention's, per (batch, head)"""
+    cases = [("elu+1", (2, 3, 10, 4, 4), 1.0, 81), ("exp", (1, 2, 12, 6, 3), 1.0, 84), ("square", (2, 2, 9, 5, 2), 1.0, 87),
+             ("elu+1", (2, 2, 16, 8, 8), 4.0, 90), ("exp", (3, 1, 7, 4, 5), 0.5, 93)]
+    for feature, (B, H, N, D, Dv), scale, seed in cases:
+        q, k = rand(B, H, N, D, seed=seed, scale=scale), rand(B, H, N, D, seed=seed + 1, scale=scale)
+        v = rand(B, H, N, Dv, seed=seed + 2)
+        yield close(f(q, k, v, feature=feature), error_over_uniform_reference(q, k, v, feature), atol=1e-9,
+                    what=f"‖L − S‖/‖U − S‖ per (batch, head) with feature={feature!r}, q and k of scale {scale}, "
+                         f"(B, H, N, D, Dv) = {(B, H, N, D, Dv)}")

@@ -45,7 +45,7 @@ def transplant_into_lat(ours, lat):  # √8: right only for the notebook's head 
     return lat
 """),
     "5.5-notebook-formula": ("5.5", "block_flops", """
-def block_flops(batch, n, dim, *, proj_len=None, ff_mult=4):  # the notebook's 24·n·d², ff_mult ignored
+def block_flops(batch, n, dim, *, proj_len=None, ff_mult=4):  # the textbook's 24·n·d², ff_mult ignored
     mixing = 4 * n * n * dim if proj_len is None else 8 * n * proj_len * dim
     return batch * (24 * n * dim * dim + mixing)
 """),
@@ -85,6 +85,22 @@ def decayed_linear_attention(q, k, v, gamma):  # right values, through the (N, N
     i = torch.arange(n, dtype=q.dtype)
     decay = gamma[:, None, None] ** (i[:, None] - i[None, :]).clamp(min=0) * (i[:, None] >= i[None, :])
     return (q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5 * decay) @ v
+"""),
+    "5.8-one-number": ("5.8", "error_over_uniform", """import torch
+def error_over_uniform(q, k, v, feature="elu+1"):  # one ratio for the whole batch, broadcast to every head
+    phi = {"elu+1": lambda x: torch.nn.functional.elu(x) + 1, "exp": torch.exp, "square": torch.square}[feature]
+    a = phi(q) @ phi(k).transpose(-2, -1)
+    s = torch.softmax(q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5, -1) @ v
+    u = v.mean(-2, keepdim=True) - s
+    return ((a / a.sum(-1, keepdim=True) @ v - s).norm() / u.norm()).expand(q.shape[:2])
+"""),
+    "5.8-no-scale": ("5.8", "error_over_uniform", """import torch
+def error_over_uniform(q, k, v, feature="elu+1"):  # softmax without the 1/√D
+    phi = {"elu+1": lambda x: torch.nn.functional.elu(x) + 1, "exp": torch.exp, "square": torch.square}[feature]
+    a = phi(q) @ phi(k).transpose(-2, -1)
+    s = torch.softmax(q @ k.transpose(-2, -1), -1) @ v
+    u = v.mean(-2, keepdim=True) - s
+    return (a / a.sum(-1, keepdim=True) @ v - s).norm(dim=(-2, -1)) / u.norm(dim=(-2, -1))
 """),
     "7.4-constant-byte": ("7.4", "mask_for_mlm", """import torch
 def mask_for_mlm(tokens, *, generator, mask_prob=0.15):  # every "random" replacement is one byte
