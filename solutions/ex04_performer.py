@@ -93,3 +93,11 @@ def causal_prefix_attention(phi_q, phi_k, v):
         den = (phi_q[:, :, i] * z).sum(-1, keepdim=True)
         readouts.append(num / den)
     return torch.stack(readouts, dim=2)
+
+
+def positive_estimate_stats(x, y, nb_features, draws, generator):
+    """Task 4.7: [mean, variance] of `draws` independent m-feature positive estimates of exp(xᵀy)."""
+    w = torch.randn(draws, nb_features, x.shape[-1], generator=generator, dtype=torch.float64)  # (draws, m, D)
+    terms = torch.exp(w @ (x + y) - 0.5 * (x @ x + y @ y))  # (draws, m): φ_i(x) φ_i(y) · m
+    est = terms.mean(-1)  # (draws,)
+    return torch.stack([est.mean(), est.var()])

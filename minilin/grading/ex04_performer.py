@@ -1,4 +1,4 @@
-"""Checks for exercises/ex04_performer.py (Tasks 4.1-4.6), against minilin.performer."""
+"""Checks for exercises/ex04_performer.py (Tasks 4.1-4.7), against minilin.performer."""
 import math
 
 import torch
@@ -331,3 +331,59 @@ def causal_prefix_attention(f):
     yield not_quadratic(f(*features(1, 2, 64, 96, 4, 3, seed=82)), 64, 96)
     yield raises(f(*features(1, 1, 5, 3, 2, 2, seed=83)), "ValueError",
                  why="(5 queries but 3 keys: the queries must be the last N of the M positions)")
+
+
+def pair(d, norm_x, norm_y, seed):
+    """(x, y) of dimension d with the given norms, at a random angle whose cosine lies in [-0.5, 0.5]."""
+    x, r = rand(d, seed=seed), rand(d, seed=seed + 1)
+    x = x / x.norm()
+    r = r - (r @ x) * x
+    r = r / r.norm()
+    cos = float(rand(1, seed=seed + 2).clamp(-1.0, 1.0)) * 0.5
+    return norm_x * x, norm_y * (cos * x + math.sqrt(1 - cos * cos) * r)
+
+
+def lemma2_variance(x, y, m):
+    return float(torch.exp(2 * (x @ y)) * torch.expm1((x + y) @ (x + y)) / m)
+
+
+@CHAPTER.task("4.7", "positive_estimate_stats")
+def positive_estimate_stats(f):
+    """the mean and variance of the m-feature positive estimate, measured against Lemma 2"""
+    DRAWS = 20000
+    pairs = [pair(6, 0.5, 0.6, seed=90), pair(6, 0.7, 0.4, seed=93)]
+    calls = [f(x, y, 8, DRAWS, Gen(96 + i)) for i, (x, y) in enumerate(pairs)]
+
+    def lemma2(*got):
+        for call, (x, y), g in zip(calls, pairs, got):
+            tensor(call, g, (2,), torch.float64)
+            truth, var = math.exp(float(x @ y)), lemma2_variance(x, y, 8)
+            se = math.sqrt(var / DRAWS)
+            expect(abs(float(g[0]) - truth) <= 4 * se, call,
+                   f"mean {float(g[0]):.4f}, but exp(xᵀy) = {truth:.4f} and 4 standard errors are {4 * se:.4f}: "
+                   f"the features are biased (or the mean is not over the draws)")
+            expect(abs(float(g[1]) / var - 1) <= 0.1, call,
+                   f"variance {float(g[1]):.5f}, but Lemma 2 gives {var:.5f} for m = 8 (off by "
+                   f"{abs(float(g[1]) / var - 1):.0%}, more than 10%): the variance of the m-feature estimate, "
+                   f"over the draws")
+    yield check(*calls, judge=lemma2)
+    x, y = pair(6, 0.6, 0.6, seed=99)
+    by_m = [f(x, y, m, DRAWS, Gen(100 + m)) for m in (4, 16)]
+
+    def one_over_m(g4, g16):
+        for call, g in zip(by_m, (g4, g16)):
+            tensor(call, g, (2,), torch.float64)
+        ratio = float(g4[1] / g16[1])
+        expect(3.2 <= ratio <= 4.8, by_m[0], f"variance at m = 4 / variance at m = 16 = {ratio:.2f}; "
+                                              f"m terms averaged: expected about 4 (3.2 to 4.8)")
+    yield check(*by_m, judge=one_over_m)
+    same = [f(x, y, 8, 2000, Gen(110)), f(x, y, 8, 2000, Gen(110)), f(x, y, 8, 2000, Gen(111))]
+
+    def measured(a, b, c):
+        for call, g in zip(same, (a, b, c)):
+            tensor(call, g, (2,), torch.float64)
+        expect(torch.equal(a, b), same[1], "other numbers than the first call with a generator seeded alike: "
+                                           "draw every random number from `generator`")
+        expect(not torch.equal(a, c), same[2], "the same numbers for two different seeds: measure by sampling "
+                                               "with the generator, do not return a formula")
+    yield check(*same, judge=measured)

@@ -199,6 +199,23 @@ MUTANTS = {
         "    eq, ek = exponents(q.double(), k.double(), projection, q.shape[-1])\n"
         "    pq, pk = torch.exp(eq), torch.exp(ek)\n"
         "    return (pq @ (pk.transpose(-2, -1) @ v.double())) / (pq @ pk.sum(-2)[..., None])\n")),
+    "4.7-variance-of-one-feature": ("4.7", (
+        "import torch\n"
+        "def positive_estimate_stats(x, y, nb_features, draws, generator):\n"
+        "    w = torch.randn(draws * nb_features, x.shape[-1], generator=generator, dtype=torch.float64)\n"
+        "    terms = torch.exp(w @ (x + y) - 0.5 * (x @ x + y @ y))\n"
+        "    return torch.stack([terms.mean(), terms.var()])\n")),
+    "4.7-no-norm-correction": ("4.7", (
+        "import torch\n"
+        "def positive_estimate_stats(x, y, nb_features, draws, generator):\n"
+        "    w = torch.randn(draws, nb_features, x.shape[-1], generator=generator, dtype=torch.float64)\n"
+        "    est = torch.exp(w @ (x + y)).mean(-1)\n"
+        "    return torch.stack([est.mean(), est.var()])\n")),
+    "4.7-lemma2-formula-not-measured": ("4.7", (
+        "import torch\n"
+        "def positive_estimate_stats(x, y, nb_features, draws, generator):\n"
+        "    sm = torch.exp(x @ y)\n"
+        "    return torch.stack([sm, sm * sm * torch.expm1((x + y) @ (x + y)) / nb_features])\n")),
     "4.6-top-left-aligned": ("4.6", "import torch\n" + RECURRENCE + (
         "def causal_prefix_attention(phi_q, phi_k, v):\n"
         "    B, H, N, m = phi_q.shape\n"
