@@ -33,7 +33,7 @@ def positive_random_features(x, projection):
 def orthogonal_projection(nb_features, dim, generator):
     """Task 4.2: a block-orthogonal Gaussian projection (m, D), as in the paper's Theorem 2.
 
-    Revisits notebook 04, section 3 (and section 10 on the sign of QR's factors).
+    Revisits notebook 04, section 3 (and Appendix I on the sign of QR's factors).
     Rows within a block of D rows are orthogonal, yet every row must still be marginally N(0, I_D) (so the
     estimator stays unbiased). Return float64, drawing every random number from `generator`. The grader checks,
     each on its own: the shape (m, D) and dtype for (10, 4) and (13, 5); that after normalising each row, rows
@@ -102,7 +102,7 @@ def favor_causal(q, k, v, projection):
     """Task 4.5 (extend task): causal FAVOR+ that is stable in float32 and whose stabiliser never reads ahead.
 
     Extends notebook 04, sections 5 and 6: section 5 stabilises the non-causal form with one maximum over all
-    keys (Task 4.3), and section 6 computes causal prefix sums of given features (Task 4.4), shows that a
+    keys (Task 4.3), and section 6 computes causal prefix sums of given features (Task 4.4), says (Appendix E shows) that a
     maximum over all keys lets the future in once anything is added after the shift, and shows how a running
     maximum rescales the prefix state. Here you put them together: the whole causal estimator, stable in float32.
     q, k: (B, H, N, D), v: (B, H, N, Dv), projection: (m, D)  ->  (B, H, N, Dv), with x' = x·D^(-1/4).
