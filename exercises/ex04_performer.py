@@ -104,7 +104,8 @@ def favor_causal(q, k, v, projection):
     Extends notebook 04, sections 5 and 6: section 5 stabilises the non-causal form with one maximum over all
     keys (Task 4.3), and section 6 computes causal prefix sums of given features (Task 4.4), says (Appendix E
     shows) that a maximum over all keys lets the future in once anything is added after the shift, and shows how
-    a running maximum rescales the prefix state. Here you put them together: the whole causal estimator, stable in float32.
+    a running maximum rescales the prefix state. Here you put them together: the whole causal estimator, stable
+    in float32.
     q, k: (B, H, N, D), v: (B, H, N, Dv), projection: (m, D)  ->  (B, H, N, Dv), with x' = x·D^(-1/4).
     The grader checks, each on its own: equality (1e-10) in float64 with the unstabilised causal estimate
     out_i = Σ_{j≤i} φ(q_i)·φ(k_j) v_j / Σ_{j≤i} φ(q_i)·φ(k_j), for two shapes (D = 8 and 4, two lengths, B, H > 1);
