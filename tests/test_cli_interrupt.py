@@ -132,6 +132,7 @@ def test_sample_interrupted(tmp_path, checkpoint):
     assert no_process_left(proc.pid)
 
 
+@pytest.mark.needs_solutions
 def test_grade_interrupted_leaves_no_child_and_no_gradebook(tmp_path):
     proc = start(["grade", "--impl", "solutions"], ROOT)
     # the grader's first line (sandbox, time limit, memory) comes just before the chapters start
@@ -141,6 +142,7 @@ def test_grade_interrupted_leaves_no_child_and_no_gradebook(tmp_path):
     assert no_process_left(proc.pid), "a grading child outlived Ctrl-C"
 
 
+@pytest.mark.needs_solutions
 def test_grade_class_interrupted_writes_no_gradebook(tmp_path):
     subs = tmp_path / "subs"
     for name in ("ann", "bob", "cy"):

@@ -12,6 +12,8 @@ import re
 import sys
 from pathlib import Path
 
+import pytest
+
 from minilin.grading.course import CHAPTERS, COURSE_CHAPTERS, TASKS, task_key
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -189,6 +191,7 @@ def own_functions(file_name, solution, exercise):
     return {f for f in defined if f in task_functions(file_name) or f not in given}
 
 
+@pytest.mark.needs_solutions
 def test_no_solution_statement_is_in_its_exercise_file():
     offenders = []
     for chapter in CHAPTERS.values():
@@ -205,6 +208,7 @@ def notebook_code(path):
                      for c in cells if c["cell_type"] == "code")
 
 
+@pytest.mark.needs_solutions
 def test_no_extend_tasks_solution_is_in_a_notebook():
     code = {path.name: notebook_code(path) for path in sorted((ROOT / "notebooks").glob("*.ipynb"))}
     offenders = []
@@ -338,6 +342,7 @@ def test_the_name_rule_can_fail():
         "f: `torch.no_such_function`: torch.no_such_function does not exist"]
 
 
+@pytest.mark.needs_solutions
 def test_the_rules_see_every_task_function():
     """The rules above read the task functions of every exercise file: none is silently skipped."""
     seen = {f for path in exercise_files() for f in docstrings(course_text(path),
@@ -363,7 +368,7 @@ PLACEHOLDER = "_"
 # Chapters whose rewrite has not landed yet: their notebooks and tasks follow the same rule in their own rewrite
 # (chapters 4-6: Performer, the libraries, memory and time; 7-8: the tiny LM, where low rank fails; 9: decay, gates
 # and the delta rule). Their tasks run and are reported as expected failures, not skipped.
-PENDING_CHAPTERS = {4: "chapters 04-06 rewrite", 5: "chapters 04-06 rewrite", 6: "chapters 04-06 rewrite",
+PENDING_CHAPTERS = {6: "chapters 04-06 rewrite",
                     7: "chapters 07-08 rewrite", 8: "chapters 07-08 rewrite", 9: "chapter 09 rewrite"}
 SIMPLE = (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Return, ast.Expr)
 
@@ -475,7 +480,6 @@ def _task_params():
     return out
 
 
-import pytest  # noqa: E402  (the rules above are plain functions; only this section is parametrised)
 
 
 @pytest.fixture(scope="module")
@@ -483,6 +487,7 @@ def notebooks_statements():
     return notebook_statements(sorted((ROOT / "notebooks").glob("*.ipynb")))
 
 
+@pytest.mark.needs_solutions
 @pytest.mark.parametrize("task", _task_params())
 def test_no_task_is_solved_in_a_notebook(task, notebooks_statements):
     solution = (ROOT / "solutions" / CHAPTERS[task.chapter].file).read_text(encoding="utf-8")

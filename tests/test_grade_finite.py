@@ -48,6 +48,7 @@ def broken(value, how, changed):
     return value
 
 
+@pytest.mark.needs_solutions
 @pytest.mark.parametrize("chapter", sorted({t.chapter for t in TASKS.values()}))
 def test_every_check_fails_nan_inf_and_wrong_shapes(chapter):
     """Each check runs the solution once (in-process, as the course's own tests do); its results are then broken

@@ -114,6 +114,7 @@ def no_control(text, where):
     assert not bad, f"{where} holds raw control characters {bad!r}"
 
 
+@pytest.mark.needs_solutions
 def test_student_text_is_data_in_the_terminal(graded):
     proc, one = graded["proc"], graded["one"]
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -142,6 +143,7 @@ def outside_code(markdown):
     return "\n".join(kept)
 
 
+@pytest.mark.needs_solutions
 def test_student_text_is_data_in_feedback_json_and_csv(graded):
     feedback = sorted(graded["feedback"].glob("*.md"))
     assert len(feedback) == 2 + graded["walked"]
@@ -251,6 +253,7 @@ def outputs(graded):
     return "\n".join(texts)
 
 
+@pytest.mark.needs_solutions
 @pytest.mark.skipif(not SANDBOXED, reason="no bwrap here: unsandboxed, honesty is checked statically only")
 def test_a_submission_that_reads_another_copy_of_the_course_gets_nothing(graded):
     with open(graded["gradebook.csv"], newline="", encoding="utf-8") as handle:

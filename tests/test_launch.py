@@ -113,6 +113,7 @@ def test_a_repository_url_with_git_suffix(tmp_path):
     assert os.path.basename(URL) == "minilin-course"
 
 
+@pytest.mark.needs_solutions
 def test_release_with_repo_url_badges_every_notebook_and_without_it_none(tmp_path, capsys):
     from minilin.grading import release
     with_url, without = tmp_path / "published", tmp_path / "plain"

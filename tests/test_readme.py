@@ -164,6 +164,7 @@ def quickstart():
     return text[start:text.index("\n## ", start + 1)]
 
 
+@pytest.mark.needs_solutions
 def test_quickstart_installs_into_a_virtual_environment_with_the_cpu_wheel_first():
     section = quickstart()
     lines = [line.strip() for line in markdown_code(section)]
@@ -307,3 +308,51 @@ def test_readme_scan_table_is_the_committed_run():
     text = README.read_text()
     for row in scan_table_rows():
         assert row in text, f"README lacks this row computed from {SCANS_CSV.name}: {row}"
+
+
+HIDDEN_1_5 = '''import torch
+from minilin.grading.checks import equal, hidden_check
+
+
+@hidden_check("1.5")
+def uniform_rows(saturated_rows):
+    q = torch.ones(7, 3, 11, 4, dtype=torch.float64)  # equal scores: uniform rows, none saturated
+    yield equal(saturated_rows(q, q), torch.zeros(7, 3, dtype=torch.float64))
+'''
+
+
+@pytest.mark.needs_solutions
+def test_the_class_commands_run_as_printed_and_their_exports_agree(tmp_path):
+    """README's three class commands, pasted into a folder holding what they name: a class of two (one task of
+    chapter 1 broken for one of them), a rubric that weighs a hidden check, and that hidden check."""
+    import csv
+    text = README.read_text(encoding="utf-8")
+    block = text[text.index("**A class.**"):]
+    block = block[block.index("```bash\n") + 8:block.index("```", block.index("```bash\n") + 8)]
+    commands = [line for line in block.splitlines() if line.startswith("python -m minilin grade")]
+    assert len(commands) == 3, block
+    solution = (ROOT / "solutions" / "ex01_attention.py").read_text(encoding="utf-8")
+    broken = solution.replace("def saturated_rows(", "def _saturated_rows(") + \
+        "\n\ndef saturated_rows(q, k, scale=None, threshold=0.99):\n    return _saturated_rows(q, k, scale, 0.5)\n"
+    for student, source in (("ann", solution), ("bob", broken)):
+        (tmp_path / "submissions" / student).mkdir(parents=True)
+        (tmp_path / "submissions" / student / "ex01_attention.py").write_text(source, encoding="utf-8")
+    (tmp_path / "hidden").mkdir()
+    (tmp_path / "hidden" / "uniform.py").write_text(HIDDEN_1_5, encoding="utf-8")
+    from minilin.grading.course import TASKS
+    weights = [1] * len(TASKS["1.5"].public_steps) + [3]  # public checks, then the hidden one
+    (tmp_path / "rubric.toml").write_text(f'[points]\n"1.5" = 4\n[weights]\n"1.5" = {weights}\n')
+    for command in commands:
+        args = shlex.split(command)
+        proc = subprocess.run([sys.executable] + args[1:], cwd=tmp_path, capture_output=True, text=True, timeout=900)
+        assert proc.returncode == 0, f"{command}\n{proc.stdout[-1500:]}{proc.stderr[-1500:]}"
+    assert sorted(p.name for p in (tmp_path / "feedback").iterdir()) == ["ann.md", "bob.md"]  # the first command's
+    rows = list(csv.DictReader((tmp_path / "gradebook.csv").open(encoding="utf-8")))  # the second command's
+    book = {s: round(sum(float(r["points"]) for r in rows if r["student"] == s), 6) for s in ("ann", "bob")}
+    wide = {r["student"]: round(float(r["total"]), 6) for r in csv.DictReader((tmp_path / "grades.csv").open())}
+    scores = {s: round(json.loads((tmp_path / "gradescope" / s / "results.json").read_text())["score"], 6)
+              for s in ("ann", "bob")}
+    assert book == wide == scores, (book, wide, scores)
+    assert book["ann"] > book["bob"] > 0  # bob's 1.5 loses points; the rest of his chapter keeps them
+    task = {r["student"]: r for r in rows if r["task"] == "1.5"}
+    assert float(task["ann"]["max_points"]) == 4 and int(task["ann"]["checks_total"]) == len(weights)

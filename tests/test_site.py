@@ -167,6 +167,7 @@ def test_a_page_in_chromium_has_its_figures_and_typeset_math(server, page, name)
     assert page.evaluate("() => document.querySelectorAll('.cell').length") > 0
 
 
+@pytest.mark.needs_solutions
 def test_site_refuses_the_teachers_copy_without_teacher(tmp_path):
     assert (ROOT / "solutions").is_dir(), "this test runs in the teacher's copy of the course"
     proc = subprocess.run([sys.executable, "-m", "minilin", "site", str(tmp_path / "html")], cwd=ROOT,
