@@ -5,10 +5,12 @@ The README is the landing page, followed by the table of contents in course orde
 myst-nb reads the notebooks (`pip install -e ".[site]"`); math is typeset by a local copy of MathJax 2.7 (from
 `jupyter-server-mathjax`), so the site needs no network, and no page loads a script or stylesheet from the web.
 Interactive widgets (the explorer's sliders) need a running kernel: a page shows their last drawn figure or
-their text form instead.
+their text form instead. Display math written inside a paragraph (`text\n$$...$$\ntext`), which JupyterLab
+renders, is given blank lines around it in the build copy, since myst reads `$$` as display math only as a block.
 """
 import importlib.util
 import json
+import re
 import shutil
 import sys
 import tempfile
@@ -127,13 +129,61 @@ def static_widgets(nb):
     return nb
 
 
+# A fenced code block, an inline code span, or a `$$...$$` formula (and the spaces and line end after it).
+_FENCE = re.compile(r"^([ \t]*)(`{3,}|~{3,}).*?^\1\2[ \t]*$", re.S | re.M)
+_CODE_OR_DISPLAY = re.compile(r"(`+).+?\1|\$\$(?P<math>.+?)\$\$[ \t]*(?P<end>\n|\Z)?", re.S)
+_LIST_MARKER = re.compile(r"[ \t]*(?:[-*+]|\d{1,9}[.)])[ \t]+")
+
+
+def display_math_as_blocks(markdown):
+    """The markdown with every `$$...$$` formula on lines of its own between blank lines.
+
+    JupyterLab shows `Then\n$$x$$\nso ...` as a paragraph with a displayed formula; myst's dollarmath reads `$$`
+    as display math only where a block may start (it cannot interrupt a paragraph), so there the formula's dollars
+    were paired with the next ones as inline math and the rest of the paragraph went wrong. Splitting the paragraph
+    around the formula shows it as JupyterLab does. Code (fenced blocks, inline spans) is left alone; inside a list
+    item the formula and the text after it keep the item's indentation.
+    """
+    parts, last = [], 0
+    for fence in _FENCE.finditer(markdown):
+        parts += [_display_math_outside_fences(markdown[last:fence.start()]), fence.group(0)]
+        last = fence.end()
+    return "".join(parts + [_display_math_outside_fences(markdown[last:])])
+
+
+def _display_math_outside_fences(text):
+    def block(match):
+        if match.group("math") is None:
+            return match.group(0)  # a code span: as written
+        head = text[text.rfind("\n", 0, match.start()) + 1:match.start()]
+        marker = _LIST_MARKER.match(head)
+        indent = " " * (marker.end() if marker else len(head) - len(head.lstrip()))
+        if not head.strip() or (marker and not head[marker.end():].strip()):
+            before = "\n" + head if not marker else ""  # starts its line: a blank line above it
+        else:
+            before = "\n\n" + indent  # inside a line: break the line there
+        formula = f"$${match.group('math')}$$"
+        after = "\n\n" if match.group("end") is not None else "\n\n" + indent  # the line's end, or its rest
+        return before + formula + after
+    return _CODE_OR_DISPLAY.sub(block, text)
+
+
+def display_math_in_notebook(nb):
+    """Every markdown cell of the notebook through `display_math_as_blocks`."""
+    for cell in nb["cells"]:
+        if cell.get("cell_type") == "markdown":
+            source = cell["source"] if isinstance(cell["source"], str) else "".join(cell["source"])
+            cell["source"] = display_math_as_blocks(source)
+    return nb
+
+
 def prepare(source, notebooks):
     """Lay out a Sphinx source folder: index.md (the README), notebooks/*.ipynb, conf.py, MathJax."""
     import jupyter_server_mathjax
     pages = notebooks_in(notebooks)
     (source / "notebooks").mkdir(parents=True)
     for page in pages:
-        nb = static_widgets(json.loads(page.read_text(encoding="utf-8")))
+        nb = display_math_in_notebook(static_widgets(json.loads(page.read_text(encoding="utf-8"))))
         (source / "notebooks" / page.name).write_text(json.dumps(nb, ensure_ascii=False), encoding="utf-8")
     for extra in ("LICENSE",):
         if (ROOT / extra).is_file():

@@ -3,8 +3,10 @@ read as files and opened in the system Chromium.
 
 Static checks: a page for every notebook, the table of contents in course order on the landing page (the
 README), every link between pages resolves, no page loads a script or stylesheet from the network, no error
-output. Browser checks (two pages, served over HTTP on 127.0.0.1): every figure has loaded (natural width > 0),
-MathJax has typeset the math with no error, and a link to the next notebook leads to that page.
+output, no paragraph left with a raw `$` or TeX command (display math written inside a paragraph, which
+JupyterLab renders, is split out of it by the build). Browser checks (two pages, served over HTTP on 127.0.0.1):
+every figure has loaded (natural width > 0), MathJax has typeset the math with no error (a formula that sat inside a
+paragraph included), and a link to the next notebook leads to that page.
 Skips when the site extra or Chromium is missing, unless MINILIN_REQUIRE_SITE=1 (CI), where that fails.
 """
 import functools
@@ -106,6 +108,41 @@ def test_pages_show_code_outputs_and_no_error(built):
     assert html.count("<img") > 0
 
 
+# Display math inside a paragraph, as JupyterLab renders it (notebook 01, step 3): the sentence goes on after it.
+IN_PARAGRAPH = ("Subtracting any constant $c$ from a row\nchanges nothing,\n"
+                "$$\\frac{e^{s_j - c}}{\\sum_{j'} e^{s_{j'} - c}} = \\frac{e^{s_j}}{\\sum_{j'} e^{s_{j'}}},$$\n"
+                "and with $c = \\max_j s_j$ every exponent is $\\le 0$.")
+
+
+def test_display_math_inside_a_paragraph_is_given_a_block_of_its_own():
+    text = site.display_math_as_blocks(IN_PARAGRAPH)
+    before, formula, after = [p.strip() for p in text.split("\n\n")]
+    assert before == "Subtracting any constant $c$ from a row\nchanges nothing,"
+    assert formula.startswith("$$\\frac{e^{s_j - c}}") and formula.endswith("}},$$") and formula.count("$$") == 2
+    assert after == "and with $c = \\max_j s_j$ every exponent is $\\le 0$."
+    # in a list item the formula and the rest stay in the item (indented); code is left as written
+    item = "- a **Gaussian**: its DFT is\n  $$e^{-f^2}$$ text after\n- next\n\n`$$x$$` and\n```\n$$y$$\n```\n"
+    assert site.display_math_as_blocks(item) == ("- a **Gaussian**: its DFT is\n  \n  $$e^{-f^2}$$\n\n  text after\n"
+                                                 "- next\n\n`$$x$$` and\n```\n$$y$$\n```\n")
+    assert site.display_math_as_blocks(text).split() == text.split(), "a second pass changes nothing but blank lines"
+
+
+def test_no_paragraph_shows_raw_dollars_or_tex(built):
+    """A formula myst did not read as math leaves `$` and `\\command`s in the paragraph's text (it also pairs the
+    dollars after it wrongly, so the paragraph's words run together inside "inline math")."""
+    out, pages = built
+    raw = []
+    for page in pages:
+        html = (out / page).read_text(encoding="utf-8")
+        html = re.sub(r"<(pre|code|script|style)\b.*?</\1>", "", html, flags=re.S)
+        html = re.sub(r'<(span|div) class="math notranslate nohighlight">.*?</\1>', "", html, flags=re.S)
+        for block in re.findall(r"<(?:p|li)\b[^>]*>(.*?)</(?:p|li)>", html, re.S):
+            text = re.sub(r"<[^>]+>", "", block)
+            if "$" in text or re.search(r"\\[A-Za-z]+", text):
+                raw.append(f"{page}: {text[:160]!r}")
+    assert not raw, f"{len(raw)} paragraphs show raw TeX (math myst did not read):\n" + "\n".join(raw[:20])
+
+
 def test_a_widget_shows_its_last_figure_and_a_note_not_its_python_repr(built):
     out, pages = built
     import json
@@ -143,8 +180,28 @@ PAGE_STATE = """() => ({
   raw: [...document.querySelectorAll('span.math')].filter(s => !s.querySelector('script, .MathJax')
          && /\\\\\\(|\\\\\\[/.test(s.textContent)).length,
   errors: document.querySelectorAll('.MathJax_Error, merror').length,
+  prose_tex: [...document.querySelectorAll('article p, article li')].map(e => {
+      const c = e.cloneNode(true);
+      c.querySelectorAll('code, pre, script, .MathJax_Preview').forEach(x => x.remove());
+      return c.textContent;
+    }).filter(t => /\\$|\\\\[A-Za-z]+/.test(t)),
   title: document.title,
 })"""
+
+# The paragraph of IN_PARAGRAPH on notebook 01's page: the formula after "changes nothing," and the sentence after it.
+SPLIT_FORMULA = """() => {
+  const p = [...document.querySelectorAll('article p')].find(e => e.textContent.includes('Subtracting any constant'));
+  const formula = p.nextElementSibling, rest = formula.nextElementSibling;
+  const shown = e => {
+    const c = e.cloneNode(true);
+    c.querySelectorAll('script, .MathJax_Preview').forEach(x => x.remove());
+    return c.textContent;
+  };
+  return {display: formula.querySelectorAll('.MathJax_Display').length, formula_source:
+            [...formula.querySelectorAll('script[type="math/tex; mode=display"]')].map(s => s.textContent),
+          rest: shown(rest), rest_typeset: rest.querySelectorAll('.MathJax').length,
+          rest_width: Math.min(...[...rest.querySelectorAll('.MathJax')].map(m => m.getBoundingClientRect().width))};
+}"""
 
 
 @pytest.mark.browser
@@ -161,6 +218,13 @@ def test_a_page_in_chromium_has_its_figures_and_typeset_math(server, page, name)
     assert state["typeset"] > 10, f"{name}: MathJax typeset {state['typeset']} formulas"
     assert state["raw"] == 0, f"{name}: {state['raw']} formulas left as raw TeX"
     assert state["errors"] == 0, f"{name}: {state['errors']} MathJax errors"
+    assert not state["prose_tex"], f"{name}: paragraphs showing raw TeX: {state['prose_tex'][:3]}"
+    if name == "01_exact_attention":  # a formula written inside a paragraph: displayed, and the sentence goes on
+        split = page.evaluate(SPLIT_FORMULA)
+        assert split["display"] == 1 and "\\frac{e^{s_j - c}}" in split["formula_source"][0], split
+        assert split["rest"].startswith("and with ") and "every exponent is" in split["rest"], split
+        assert "$" not in split["rest"] and "\\" not in split["rest"], split
+        assert split["rest_typeset"] == 2 and split["rest_width"] > 0, split
     following = NOTEBOOKS[NOTEBOOKS.index(name) + 1]
     page.locator(f"a.next-page[href$='{following}.html']").first.click()
     page.wait_for_url(re.compile(f"{following}\\.html$"))
