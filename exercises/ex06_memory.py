@@ -1,10 +1,11 @@
 """Exercises for notebook 06: memory and time.
 
 Implement each function, then grade yourself:  python -m minilin grade --chapter 6
-These are formulas: each function returns a Python int computed from shapes alone, and the grader compares it with
-what minilin.bench's meters count when minilin's own attention runs on the meta device (notebook 06, section 3).
-Sizes: batch B, heads H, N queries, M (or n) keys and values, head dimension D, value dimension Dv, `itemsize`
-bytes per number (8 for float64, 4 for float32, 2 for bfloat16). Do not call minilin here.
+Tasks 6.1-6.3 and 6.5 are formulas: each returns a number computed from sizes alone, and the grader compares it with
+what minilin.bench's meters count when minilin's own code runs on the meta device (notebook 06, section 3).
+Task 6.4 computes attention itself (torch only). Sizes: batch B, heads H, N queries, M (or n) keys and values, head
+dimension D, value dimension Dv, `itemsize` bytes per number (8 for float64, 4 for float32, 2 for bfloat16).
+Do not call minilin here.
 
 Each task has three hints, from a nudge to the formula. Read one, try, and read the next only if you are stuck.
 """
@@ -21,7 +22,8 @@ def exact_saved_bytes(B, H, N, M, D, Dv, itemsize):
         each tensor once even if two operations keep it.
     Hint 2 (plan): one tensor grows with N times M; the others are the inputs themselves. Add their numbers of
         entries, then multiply by the bytes per number.
-    Hint 3 (formula): bytes = itemsize · B · H · (N·M + N·D + M·D + M·Dv): the (N, M) probabilities, q, k and v.
+    Hint 3 (formula): the number of entries is, for every batch element and head, one probability per
+        query-key pair plus every entry of q, of k and of v; the bytes are that count times the bytes per number.
     """
     raise NotImplementedError("Task 6.1")
 
@@ -39,8 +41,9 @@ def linformer_saved_bytes(B, H, N, n, D, Dv, k, itemsize, shared):
         the other factor, knowing that E and F need no gradient but K and V do?
     Hint 2 (plan): the probabilities (now N by k), the queries, the two projected tensors, and the projections
         themselves: one storage per distinct tensor, so E = F is kept once.
-    Hint 3 (formula): bytes = itemsize · (B·H·(N·k + N·D + k·D + k·Dv) + c·k·n), with c = 1 when E is F and 2
-        otherwise. The keys and values themselves are not kept: the product with E needs only E for their gradient.
+    Hint 3 (formula): per batch element and head, the (N, k) probabilities, the queries and the two
+        projected tensors (k rows each, of widths D and Dv); once for all heads, each distinct (k, n) projection.
+        The keys and values themselves are not kept: the product with E needs only E for their gradient.
     """
     raise NotImplementedError("Task 6.2")
 
@@ -51,15 +54,63 @@ def flop_crossover(method, dim_head, size=None):
     method: "performer" (FAVOR+, `size` = m random features), "linear" (elu+1, `size` unused) or "linformer"
     (`size` = k projected positions); dim_head: D  ->  an int n >= 2, self-attention (N = M = n), counted as
     FlopCounterMode counts them (matrix products only). Raise ValueError for any other method.
-    Extends notebook 06, sections 7-8, which derived each method's counted FLOPs but not where they cross exact
-    attention's; the grader checks your n with minilin.bench.model_case at n and at n - 1.
+    Extends notebook 06's appendices D and E, which derived each method's counted FLOPs but not where they cross
+    exact attention's; the grader checks your n with minilin.bench.model_case at n and at n - 1.
 
     Hint 1 (nudge): per head, exact attention counts a multiple of n², each linear method a multiple of n. Where is
         one below the other?
     Hint 2 (plan): write each method's count per head as c · n (c from notebook 06: the projection and the two
         products of FAVOR+, the two products of elu+1 with its ones column, Linformer's E K, F V and attention),
         solve c · n < 4 n² D, and return the smallest integer that satisfies the strict inequality.
-    Hint 3 (formula): n = ⌊c / (4 D)⌋ + 1 with c = 4 D m + 4 m (D + 1) for FAVOR+, c = 4 D (D + 1) for elu+1 and
-        c = 8 k D for Linformer; when c / (4 D) is a whole number the counts are equal there, not yet below.
+    Hint 3 (formula): FAVOR+'s c holds the projection of q and of k onto m features plus two products with m
+        features and a value width of D + 1 (the ones column); elu+1's holds the two products with D features;
+        Linformer's holds the projections of K and V to k rows plus the two attention products with k keys. The
+        answer is the first integer strictly above c / (4 D): where c / (4 D) is whole, the counts are equal there.
     """
     raise NotImplementedError("Task 6.3")
+
+
+def key_block_attention(q, k, v, block):
+    """Task 6.4: exact softmax attention computed one block of keys at a time, never holding all N x M scores.
+
+    q: (B, H, N, D), k: (B, H, M, D), v: (B, H, M, Dv), block: how many keys per step (the last block may be
+    shorter; block >= M means one block). No mask.  ->  (out (B, H, N, Dv), lse (B, H, N)), where out equals
+    softmax(q kᵀ / √D) v and lse is each query's log-sum-exp of its scores, log Σ_j exp(q·k_j / √D).
+    Use torch only (not minilin, not F.scaled_dot_product_attention). The grader compares with
+    minilin.attention.softmax_attention on fresh inputs (also with scores large enough to overflow exp), and
+    records the largest tensor your function makes: it must stay well below one (N, M) score matrix per head.
+    Practises notebook 06, section 3 (the online softmax) in another form: each block's own result, then a merge.
+
+    Hint 1 (nudge): for one block of keys, ordinary attention gives a partial output and a log-sum-exp over that
+        block's keys only. How would you combine two such partial results into the result over both blocks?
+    Hint 2 (plan): keep a running output and a running log-sum-exp, starting from "no keys seen" (an output of
+        zeros and a log-sum-exp of minus infinity). For each block: its scores, its log-sum-exp, its own softmax
+        output; then merge it into the running pair.
+    Hint 3 (formula): the merged log-sum-exp is the log of the sum of the exponentials of the two
+        log-sum-exps (torch.logaddexp computes it stably); each partial output is weighted by the exponential of its
+        own log-sum-exp minus the merged one, and the merged output is the sum of the two weighted outputs.
+    """
+    raise NotImplementedError("Task 6.4")
+
+
+def causal_block_work(n, q_block, kv_block):
+    """Task 6.5 (predict, then measure): the share of the full N x N work a blocked causal kernel computes.
+
+    A causal attention kernel cuts the queries into blocks of q_block and the keys into blocks of kv_block (the last
+    ones may be shorter) and computes a whole (query block, key block) tile whenever at least one of its keys is
+    visible to one of its queries (key index <= query index), masking inside it; tiles wholly above the diagonal are
+    skipped.  ->  a float: the number of score entries it computes divided by n².
+    Notebook 06 (end of section 3) counted SDPA's CPU kernel, whose cost is set by its key blocks of 512; here both
+    block sizes are yours. Before you code it, predict on paper the share for n = 1024 with tiles of 256 x 512 and
+    for tiles of 512 x 256, then let the grader measure: it runs such a blocked loop on meta tensors under
+    FlopCounterMode and divides by the count of the full product.
+
+    Hint 1 (nudge): tiles are computed whole. For one block of queries, which key blocks does it need?
+    Hint 2 (plan): loop over the query blocks; for each, find the last query it holds, the key block that contains
+        that query's own key, and how many keys the key blocks up to that one span (never more than n). Add
+        rows × keys over the query blocks.
+    Hint 3 (formula): a query block with r rows whose last query is at index i costs r times the smaller
+        of n and kv_block times (the number of whole key blocks up to and including the one that holds key i); the
+        share is the sum over query blocks divided by n squared.
+    """
+    raise NotImplementedError("Task 6.5")

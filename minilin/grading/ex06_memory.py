@@ -1,14 +1,19 @@
-"""Checks for exercises/ex06_memory.py (Tasks 6.1-6.3), against minilin.bench's meters.
+"""Checks for exercises/ex06_memory.py (Tasks 6.1-6.5), against minilin's code and minilin.bench's meters.
 
-Task 6.1 restates notebook 06's saved-bytes formula for exact attention at any shape; 6.2 (the saved bytes of
+Task 6.1 generalises notebook 06's saved-bytes count for exact attention to any shape; 6.2 (the saved bytes of
 Linformer, with E = F shared or not) and 6.3 (the length where a linear method's counted FLOPs fall below exact
-attention's) are extend tasks: the chapter's idea on a case no notebook cell solves. Every expected value comes
-from running minilin's own code under minilin.bench's meters on the meta device (shapes only, no data).
+attention's) are extend tasks; 6.4 is exact attention over blocks of keys merged by their log-sum-exps (the online
+softmax in another form), checked against softmax_attention and for the size of its largest intermediate; 6.5 is the
+predict-then-measure task: the share of the work a causal kernel with rectangular tiles computes, measured with
+FlopCounterMode on a blocked loop. Byte and FLOP counts come from minilin's own code on the meta device.
 """
+import math
+
 import torch
+from torch.utils.flop_counter import FlopCounterMode
 
 from minilin.attention import softmax_attention
-from minilin.grading.checks import Chapter, check, equal, expect, kind, raises
+from minilin.grading.checks import Chapter, captured, check, equal, expect, expect_close, expect_within, kind, rand, raises
 from minilin.linformer import linformer_attention
 
 CHAPTER = Chapter(6, "ex06_memory", "memory and time")
@@ -107,3 +112,76 @@ def flop_crossover(f):
                    f"exact attention's {exact_before:,}: the crossover is shorter ({where})")
         yield check(call, judge=crossover)
     yield raises(f("exact", 8, None), "ValueError", why="for a method that is not one of the linear ones")
+
+
+def _lse(q, k):
+    return torch.logsumexp(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), dim=-1)
+
+
+def _small_intermediates(call, b, h, n, m, dv):
+    """A step: the output has shape (B, H, N, Dv), and no tensor the call makes holds half the B·H·N·M scores."""
+    def judge(got):
+        expect(isinstance(got, dict) and "largest" in got, call, f"returned {kind(got)}; expected the function's output")
+        half = b * h * n * m // 2
+        expect(got["largest"] < half, call, f"made a tensor of {got['largest']} elements, at least half of the "
+               f"B·H·N·M = {2 * half} scores of one (N x M) = ({n} x {m}) matrix per head: compute a block of keys "
+               f"at a time and merge, never all the scores")
+    return check(call, judge=judge)
+
+
+@CHAPTER.task("6.4", "key_block_attention", extend=True)
+def key_block_attention(f):
+    """exact attention over blocks of keys, merged by their log-sum-exps (linear memory)"""
+    cases = (((2, 3, 5, 12, 4, 3), 4, 1.0, "blocks that divide M = 12"),
+             ((1, 2, 6, 11, 8, 5), 3, 1.0, "a last block shorter than the others (M = 11, blocks of 3)"),
+             ((2, 2, 4, 7, 3, 2), 16, 1.0, "one block (block >= M)"),
+             ((2, 2, 5, 9, 4, 4), 2, 40.0, "scores of several hundred: exp overflows without a shift"))
+    for seed, ((b, h, n, m, d, dv), block, scale, name) in enumerate(cases):
+        q = rand(b, h, n, d, seed=60 + 3 * seed, scale=scale)
+        k, v = rand(b, h, m, d, seed=61 + 3 * seed, scale=scale), rand(b, h, m, dv, seed=62 + 3 * seed)
+        call = f(q, k, v, block)
+
+        def judge(got, q=q, k=k, v=v, name=name, call=call):
+            expect(isinstance(got, (tuple, list)) and len(got) == 2, call,
+                   f"returned {kind(got)}; expected a pair (out, lse)")
+            out, lse = got
+            expect(isinstance(out, torch.Tensor) and isinstance(lse, torch.Tensor), call,
+                   f"returned ({kind(out)}, {kind(lse)}); expected two tensors")
+            expect_close(out, softmax_attention(q, k, v), call=call, atol=1e-9,
+                         what=f"minilin.attention.softmax_attention(q, k, v), {name}")
+            expect_close(lse, _lse(q, k), call=call, atol=1e-9, what=f"torch.logsumexp of the scores, {name}")
+        yield check(call, judge=judge)
+    # memory: with blocks of a quarter of the keys, no intermediate as large as half the scores
+    q, k, v = rand(2, 2, 40, 4, seed=90), rand(2, 2, 64, 4, seed=91), rand(2, 2, 64, 3, seed=92)
+    yield _small_intermediates(captured(f(q, k, v, 16), "matmul_shapes"), 2, 2, 40, 64, 3)
+
+
+def _measured_share(n, q_block, kv_block):
+    """Counted FLOPs of a blocked causal loop (a tile computed whole when any of its keys is visible to any of
+    its queries) on meta tensors, over the full product's."""
+    q = torch.empty(1, 1, n, 8, device="meta")
+    with FlopCounterMode(display=False) as full:
+        q @ q.transpose(-2, -1)
+    with FlopCounterMode(display=False) as tiles:
+        for i in range(0, n, q_block):
+            last = min(n, i + q_block) - 1
+            for j in range(0, n, kv_block):
+                if j <= last:  # the tile's first key is visible to its last query
+                    q[..., i:i + q_block, :] @ q[..., j:j + kv_block, :].transpose(-2, -1)
+    return tiles.get_total_flops() / full.get_total_flops()
+
+
+@CHAPTER.task("6.5", "causal_block_work", extend=True)
+def causal_block_work(f):
+    """predict, then measure: the share of the full work a causal kernel with rectangular tiles computes"""
+    for n, qb, kb in ((1024, 256, 512), (1024, 512, 256), (3072, 256, 512), (1000, 64, 300), (300, 32, 512),
+                      (777, 100, 64), (96, 1, 1)):
+        call = f(n, qb, kb)
+
+        def judge(got, n=n, qb=qb, kb=kb, call=call):
+            expect(isinstance(got, float), call, f"returned {kind(got)}, expected a Python float")
+            expected = _measured_share(n, qb, kb)
+            expect_within(abs(got - expected), 1e-12, call,
+                          f"the difference from the measured share {expected:.6f} (FlopCounterMode on a blocked "
+                          f"causal loop, n = {n}, tiles of {qb} queries x {kb} keys)")
+        yield check(call, judge=judge)

@@ -40,6 +40,43 @@ MUTANTS = {
                                             "    if method not in c:\n"
                                             "        raise ValueError(method)\n"
                                             "    return c[method](size) // (4 * D) + 1\n"),
+    # 6.4: each block's partial results merged without the shift: exp of raw scores overflows on large scores
+    "6.4 no shift": ("key_block_attention", "import math, torch\n"
+                     "def key_block_attention(q, k, v, block):\n"
+                     "    num = torch.zeros(*q.shape[:-1], v.shape[-1], dtype=q.dtype)\n"
+                     "    den = torch.zeros(q.shape[:-1], dtype=q.dtype)\n"
+                     "    for s in range(0, k.shape[-2], block):\n"
+                     "        e = torch.exp(q @ k[..., s:s + block, :].transpose(-2, -1) / math.sqrt(q.shape[-1]))\n"
+                     "        num = num + e @ v[..., s:s + block, :]\n"
+                     "        den = den + e.sum(-1)\n"
+                     "    return num / den[..., None], torch.log(den)\n"),
+    # 6.4: the old running output not rescaled when a block raises the log-sum-exp
+    "6.4 no rescale": ("key_block_attention", "import math, torch\n"
+                       "def key_block_attention(q, k, v, block):\n"
+                       "    lse = torch.full(q.shape[:-1], -math.inf, dtype=q.dtype)\n"
+                       "    out = torch.zeros(*q.shape[:-1], v.shape[-1], dtype=q.dtype)\n"
+                       "    for s in range(0, k.shape[-2], block):\n"
+                       "        sc = q @ k[..., s:s + block, :].transpose(-2, -1) / math.sqrt(q.shape[-1])\n"
+                       "        b = torch.logsumexp(sc, -1)\n"
+                       "        new = torch.logaddexp(lse, b)\n"
+                       "        out = out + torch.softmax(sc, -1) @ v[..., s:s + block, :] * torch.exp(b - new)[..., None]\n"
+                       "        lse = new\n"
+                       "    return out, lse\n"),
+    # 6.4: right numbers from the whole score matrix at once (the memory the task removes)
+    "6.4 all scores": ("key_block_attention", "import math, torch\n"
+                       "def key_block_attention(q, k, v, block):\n"
+                       "    s = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])\n"
+                       "    return torch.softmax(s, -1) @ v, torch.logsumexp(s, -1)\n"),
+    # 6.5: "a causal kernel does half the work", whatever its blocks
+    "6.5 half": ("causal_block_work", "def causal_block_work(n, q_block, kv_block):\n"
+                 "    return 0.5\n"),
+    # 6.5: square tiles of the key block assumed (the query block ignored)
+    "6.5 square tiles": ("causal_block_work", "def causal_block_work(n, q_block, kv_block):\n"
+                         "    t = -(-n // kv_block)\n"
+                         "    return min(1.0, (t + 1) / (2 * t))\n"),
+    # 6.5: the per-row count of keys a query sees (i + 1), no blocks at all
+    "6.5 per row": ("causal_block_work", "def causal_block_work(n, q_block, kv_block):\n"
+                    "    return (n + 1) / (2 * n)\n"),
     # 8.1: scores scaled by 1/√k (the number of slots) instead of 1/√D
     "8.1 scale by k": ("linformer_effective_map",
                        "import torch\n"
