@@ -28,9 +28,9 @@ def efficient_attention(q, k, v, mask=None):
     Hint 2 (plan): turn mask (B, M) into (B, 1, M, 1) and hide the padded keys; ρ_k over dim -2 is (B, H, M, D),
         made safe for all-padded columns; the "context" ρ_kᵀ v is (B, H, D, Dv), one per head; ρ_q over dim -1
         is (B, H, N, D); ρ_q times the context gives (B, H, N, Dv). Multiply in that order.
-    Hint 3 (formula): padded keys become -inf. For each feature d, m_d = max over positions of k[m, d] (0 where
-        it is not finite), e[m, d] = exp(k[m, d] − m_d), s_d = Σ_m e[m, d] (1 where it is 0), ρ_k = e / s.
-        out[n] = Σ_d ρ_q[n, d] · C[d], with C[d] = Σ_m ρ_k[m, d] v[m].
+    Hint 3 (formula): the usual trick for a stable softmax, taken per feature over the positions, with the padded
+        keys at -inf; then decide what an all-padded column's maximum and sum must be replaced by so that its
+        weights come out 0 rather than NaN. The output is ρ_q times the per-head (D × Dv) context ρ_kᵀ v.
     """
     raise NotImplementedError("Task 5.1")
 
@@ -55,10 +55,9 @@ def causal_efficient_attention(q, k, v, bucket_size=1):
         (B, H, N, D, Dv) and of φ_k(k_j) give (B, H, N, D). For each query, the index of its last visible key
         (-1: none) is a length-N index tensor; pick those prefix rows, contract them with φ_q over D to get a
         numerator (B, H, N, Dv) and a denominator (B, H, N), divide, and set the queries that see nothing to 0.
-    Hint 3 (formula): S_j = Σ_{l ≤ j} φ_k(k_l) v_lᵀ and z_j = Σ_{l ≤ j} φ_k(k_l) (running sums over positions);
-        query i's last visible key is ℓ(i) = i when bucket_size is 1, and ℓ(i) = ⌊i/B⌋·B − 1 otherwise;
-        out_i = φ_q(q_i)ᵀ S_ℓ(i) / φ_q(q_i)ᵀ z_ℓ(i) where ℓ(i) ≥ 0, and 0 where ℓ(i) = −1 (read a clamped
-        index, then zero those rows).
+    Hint 3 (formula): with running sums S_j of φ_k(k_l) v_lᵀ and z_j of φ_k(k_l) over l ≤ j, query i reads the
+        sums at its last visible key ℓ(i): ℓ(i) = i without buckets, and the last position of the bucket before
+        its own with them (work out that index from i and B). A query with no visible key outputs 0.
     """
     raise NotImplementedError("Task 5.2")
 
@@ -72,17 +71,16 @@ def transplant_into_lat(ours, lat):
     lat:  linear_attention_transformer.linear_attention_transformer.SelfAttention(dim, heads, dim_head=D),
           non-causal, same sizes, random weights.  Returns lat, modified in place, such that
           lat(x) == ours(x) for every x (B, N, dim), with and without a padding mask.
-    Read its `linear_attn`: it multiplies the softmaxed queries by D**-0.5 (D = head dim), so its output
-    before to_out is ours times D**-0.5. The checks use two head dimensions, one of them not dim / heads.
+    Read its `linear_attn`: where does its constant act, and what must the transplant do about it? The checks
+    use two head dimensions, one of them not dim / heads.
 
     Hint 1 (nudge): both modules have to_q, to_k, to_v and to_out of the same shapes. If the input to their
         to_out is ours times a constant c, how can to_out undo that constant? Does to_out's bias see it?
-    Hint 2 (plan): without recording gradients, copy the three input projections' weights as they are; set
-        their to_out weight to ours times 1/c = √D (D from ours.dim_head, not from dim / heads); copy the
-        to_out bias unchanged; return lat.
-    Hint 3 (formula): W_q, W_k, W_v (theirs) = W_q, W_k, W_v (ours); W_out (theirs) = √D · W_out (ours), since
-        W_out · (c·h) = (c·W_out) · h; b_out (theirs) = b_out (ours), since the bias is added after the product
-        and never sees c. Copy in place, with gradients off.
+    Hint 2 (plan): find c from section 3 (which head size does it use?); without recording gradients, copy
+        what needs no change as it is, and give the one layer that sees c's effect a weight that undoes it.
+    Hint 3 (formula): a linear layer applied to c·h equals a layer with c times the weight applied to h, while a
+        bias is added after the product and never sees c. Decide which of their four layers must differ from
+        ours, by what factor, and check the factor's head size against the one the checks vary.
     """
     raise NotImplementedError("Task 5.3")
 
@@ -103,8 +101,9 @@ def linformer_into_ours(theirs, ours):
     Hint 2 (plan): without recording gradients, copy the four Linear layers by name (weights, and to_out's bias
         too); E gets proj_k rearranged to (k, seq_len), F gets proj_v the same way; return ours. Shorter inputs
         need no extra work: both sides then use the first N positions of their matrices.
-    Hint 3 (formula): E[j, n] = proj_k[n, j] and F[j, n] = proj_v[n, j] (each is the other's transpose); every
-        weight and bias of the four linear layers equal, name for name. Copy in place, with gradients off.
+    Hint 3 (formula): their projection sends key n to slot j with coefficient proj_k[n, j]; ours with E[j, n].
+        Equal for every n and j fixes E from proj_k (and F from proj_v) up to a rearrangement you work out;
+        the linear layers need no change.
     """
     raise NotImplementedError("Task 5.4")
 
@@ -128,10 +127,9 @@ def block_flops(batch, n, dim, *, proj_len=None, ff_mult=4):
         (n × Dh) @ (Dh × n) and mixing (n × n) @ (n × Dh). Linformer, per head: E @ K and F @ V, each
         (k × n) @ (n × Dh), then scores (n × Dh) @ (Dh × k) and mixing (n × k) @ (k × Dh). Sum over the heads
         with H · Dh = dim.
-    Hint 3 (formula): each product costs 2·(rows)·(shared length)·(columns). Per sequence the four projections
-        give 4 products of n·dim·dim and the MLP two of n·dim·(ff_mult·dim); exact attention adds, summed over
-        the heads, two of n·n·dim; Linformer instead adds four of n·proj_len·dim. Add them up and multiply by
-        batch.
+    Hint 3 (formula): each product costs 2·(rows)·(shared length)·(columns). Per sequence: the four projections
+        and the two MLP products, then the attention products, whose per-head widths add up to dim over the
+        heads (n·n for exact attention, n·proj_len for Linformer's four). Sum and multiply by batch.
     """
     raise NotImplementedError("Task 5.5")
 
@@ -140,9 +138,9 @@ def chunked_causal_linear_attention(q, k, v, chunk_size, mask=None):
     """Task 5.6 (use the idea on a new case): causal elu+1 linear attention computed chunk by chunk, with a key
     padding mask.
 
-    Extends notebook 05, section 1 ("Causal"): the notebook builds the masked (N × N) form and the one-token
-    RNN loop, and notebook 04, section 6 describes the chunked form in words; no cell writes it. Here you
-    combine the two forms, as `minilin.linear` does, and add padding.
+    Extends notebook 05, section 1 (the masked (N × N) form) and notebook 04, section 6 (prefix sums; the
+    chunked form in words); no cell writes it. Here you combine the two forms, as `minilin.linear` does, and
+    add padding.
     q, k: (B, H, N, D), v: (B, H, N, Dv), chunk_size: int >= 1, mask: (B, N) bool or None  ->  (B, H, N, Dv)
     φ(x) = elu(x) + 1 (torch.nn.functional.elu). Query i sees the real keys j <= i:
     out_i = Σ_j (φ(q_i)·φ(k_j)) v_j / Σ_j φ(q_i)·φ(k_j); a query that sees no real key outputs 0.
@@ -158,10 +156,9 @@ def chunked_causal_linear_attention(q, k, v, chunk_size, mask=None):
         (B, H, D); for each chunk: the chunk's (C × C) feature products kept on and below the diagonal, a
         numerator from S plus the in-chunk products times the chunk's values, a denominator from z plus the
         in-chunk row sums, the ratio (0 where the denominator is 0), then add the chunk's keys into S and z.
-    Hint 3 (formula): for query i in chunk c, with A_ij = φ(q_i)·φ(k_j) m_j (m_j = 1 for a real key, 0 for a
-        padded one): num_i = φ(q_i)ᵀ S_c + Σ_{j in c, j ≤ i} A_ij v_j, den_i = φ(q_i)ᵀ z_c + Σ_{j in c, j ≤ i}
-        A_ij, out_i = num_i / den_i (0 where den_i = 0); then S_(c+1) = S_c + Σ_{j in c} m_j φ(k_j) v_jᵀ and
-        z_(c+1) = z_c + Σ_{j in c} m_j φ(k_j).
+    Hint 3 (formula): for query i in chunk c, numerator and denominator each have two terms: φ(q_i) against the
+        state carried into chunk c, plus the in-chunk keys j ≤ i weighted by φ(q_i)·φ(k_j) (a padded key
+        weighted 0). After the chunk, the state grows by that chunk's real keys only.
     """
     raise NotImplementedError("Task 5.6")
 
@@ -170,8 +167,8 @@ def decayed_linear_attention(q, k, v, gamma):
     """Task 5.7 (use the idea on a new case): causal linear attention whose past fades by γ per step, one
     decay per head (RetNet's retention; flash-linear-attention's `fla.ops.retention`).
 
-    Extends notebook 05, section 1 ("Causal", the RNN form), to a state that decays; notebook 09 builds it later
-    (section 1), so try it before you read that.
+    Extends the RNN form of linear attention (notebook 05, section 1; notebook 04, section 6) to a state that
+    decays; notebook 09 builds it later (section 1), so try it before you read that.
     q, k: (B, H, N, D), v: (B, H, N, Dv), gamma: (H,) float tensor of decays in [0, 1]  ->  (B, H, N, Dv)
     out_i = D^(-1/2) Σ_{j <= i} γ_h^(i − j) (q_i·k_j) v_j  (no feature map, no normaliser; γ^0 = 1).
     Use a state of constant size per head (D × Dv), not an (N × N) matrix: the checks record every matrix
@@ -184,8 +181,9 @@ def decayed_linear_attention(q, k, v, gamma):
         that head's γ (shaped to broadcast over the batch and the state), add the outer product of the
         position's key and value, read the output as the query times S, scaled by D^(-1/2); stack the outputs
         along the position axis.
-    Hint 3 (formula): S_i = γ_h · S_(i−1) + k_i v_iᵀ with S_(−1) = 0, and out_i = D^(−1/2) · q_iᵀ S_i; unrolled,
-        S_i = Σ_{j ≤ i} γ_h^(i−j) k_j v_jᵀ, which is the definition above.
+    Hint 3 (formula): write the state after step i in terms of the state after step i − 1 so that, unrolled, the
+        term of key j carries exactly γ^(i − j); then read the output from the state with the scale D^(−1/2).
+        Check your order of "decay" and "add" on γ = 0.
     """
     raise NotImplementedError("Task 5.7")
 
@@ -194,16 +192,17 @@ def error_over_uniform(q, k, v, feature="elu+1"):
     """Task 5.8 (predict, then measure): how far non-causal linear attention with a positive feature map is from
     softmax attention, in units of uniform attention's distance, for each sequence and head.
 
-    Extends notebook 05, section 2, which measured elu+1 on one input: here any of three feature maps, any shape,
+    Widens notebook 05, section 2, which measured elu+1 on one input: here any of three feature maps, any shape,
     one number per (batch, head).
     q, k: (B, H, N, D), v: (B, H, N, Dv), feature: "elu+1" (elu(x) + 1), "exp" (exp(x), entry by entry) or
     "square" (x², entry by entry)  ->  a (B, H) tensor.
     With S = softmax(q kᵀ/√D) v (exact attention), L = φ(q)(φ(k)ᵀ v) / φ(q)(φ(k)ᵀ 1) (linear attention with that
     map, every query sees every key) and U = every query gets the mean of v (uniform attention), return
     ‖L − S‖ / ‖U − S‖ per (batch, head), each norm over all N positions and Dv features.
-    Predict first, and write your predictions down: for inputs of unit scale, which of the three maps lands near
-    1 (no better than no attention), which below, which above? And when q, k grow four times larger? Then
-    measure (the grader does not grade predictions; notebook 05's Answers say why elu+1 lands where it does).
+    Predict first, and write your predictions down: for inputs of unit scale, does any of the three maps get
+    clearly below 1 (closer to softmax than no attention at all)? When q, k grow four times larger, does any
+    rise above 1? Then measure (the grader does not grade predictions; notebook 05, section 2 says why elu+1
+    lands where it does).
     The checks use three feature maps, two shapes and two input scales, and compare every (batch, head).
 
     Hint 1 (nudge): three outputs of the same shape, then two distances per (batch, head). Which axes does each
@@ -211,7 +210,8 @@ def error_over_uniform(q, k, v, feature="elu+1"):
     Hint 2 (plan): apply the map to q and to k; form linear attention the associative way (keys summed first,
         into a (F × Dv) matrix and an F-vector per head); exact attention with a softmax over the keys; the mean
         of v over the positions, broadcast to every query; two Frobenius norms over the last two axes; divide.
-    Hint 3 (formula): L_i = φ(q_i)ᵀ(Σ_j φ(k_j) v_jᵀ) / φ(q_i)ᵀ(Σ_j φ(k_j)); S_i = Σ_j softmax_j(q_i·k_j/√D) v_j;
-        U_i = (1/N) Σ_j v_j; result[b, h] = sqrt(Σ_i ‖L_i − S_i‖²) / sqrt(Σ_i ‖U_i − S_i‖²).
+    Hint 3 (formula): L is section 1's associative form with the chosen map, S exact attention, U the values'
+        mean at every position; the result is a ratio of two Frobenius norms, each over positions and features,
+        one per (batch, head).
     """
     raise NotImplementedError("Task 5.8")
