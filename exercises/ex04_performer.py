@@ -4,28 +4,31 @@ Implement each function, then grade yourself:  python -m minilin grade --chapter
 Shapes follow the course convention: q (B, H, N, D), k (B, H, M, D), v (B, H, M, Dv); a projection is an
 (m, D) matrix whose rows are the random directions w_i. Do not call minilin.performer here.
 Reference: "Rethinking Attention with Performers", Choromanski et al. 2020, arXiv 2009.14794.
-Tasks 4.1-4.4 revisit the notebook; Tasks 4.5 and 4.6 are extend tasks: the chapter's idea on a new case;
-Task 4.7 is the measure task: section 2's variance, measured on pairs the notebook did not use.
+Tasks 4.1-4.4 apply the notebook's ideas to cases it does not compute; Tasks 4.5 and 4.6 are extend tasks;
+Task 4.7 is the predict-then-measure task: Theorem 2's gain, measured with your own projections.
 """
 import torch
 
 
-def positive_random_features(x, projection):
-    """Task 4.1: Lemma 1's positive random features.
+def hyperbolic_random_features(x, projection):
+    """Task 4.1: the paper's positive *hyperbolic* random features (arXiv 2009.14794, section 2.3).
 
-    Revisits notebook 04, section 1.1.
-    x: (..., N, D), projection W: (m, D) with rows w_i ~ N(0, I_D)  ->  (..., N, m)
-    With these features φ(x)·φ(y) must be an unbiased estimate of exp(xᵀy). No D^(-1/4) scaling here and
-    no stabilisation: the plain estimator. The grader compares with minilin's features for three shapes
-    (two feature counts m, two dimensions D, a 2-D x) and checks unbiasedness on 20000 features (seed 5,
-    within 4 standard errors).
+    Builds on notebook 04, sections 1.1 and 2.
+    x: (..., N, D), projection W: (m, D) with rows w_i ~ N(0, I_D)  ->  (..., N, 2m):
+    φ(x) = exp(−|x|²/2) / √(2m) · [exp(w_1ᵀx), …, exp(w_mᵀx), exp(−w_1ᵀx), …, exp(−w_mᵀx)]
+    (the m "plus" features first, then the m "minus" features, in the order of W's rows). No D^(-1/4) scaling,
+    no stabilisation. The grader checks, each on its own: the values for three shapes (two dimensions D, a 2-D
+    x); that φ(x)·φ(y) is an unbiased estimate of exp(xᵀy) (20000 directions, within 4 standard errors); and that
+    the variance of the estimate with m = 8 directions is within 15% of (1 − e^(−|x+y|²))/2 times Lemma 2's
+    variance of the positive features φ+ with the same 8 directions: always less than half of it.
 
-    Hint 1 (nudge): complete the square: E_w[exp(wᵀs)] = exp(|s|²/2). Which factor, depending on x alone,
-        turns E[exp(wᵀx) exp(wᵀy)] into exp(xᵀy)? And what makes an average of m terms out of a dot product?
-    Hint 2 (plan): one matrix product gives every wᵢᵀx at once, shape (..., N, m); a per-row correction of
-        shape (..., N, 1) broadcasts over the m features; exponentiate; divide by a constant.
-    Hint 3 (formula): φ(x)_i = exp(wᵢᵀx − |x|²/2) / √m: the i-th projection of x minus half of x's squared
-        norm (one value per row, broadcast over the m features).
+    Hint 1 (nudge): Lemma 1 holds for w and for −w, which have the same distribution. What does the average of
+        the two estimates built from w and from −w become, and why can averaging two correlated estimates help?
+    Hint 2 (plan): one matrix product gives every wᵢᵀx, shape (..., N, m); build the two halves from it and join
+        them along the last dimension; one factor per row, shape (..., N, 1), carries the norm and the constant.
+    Hint 3 (formula): φ(x)·φ(y) = (1/m) Σ_i e^(−(|x|²+|y|²)/2) cosh(wᵢᵀ(x + y)); with E[cosh(wᵀs)] = e^(|s|²/2)
+        this is unbiased, and E[cosh²] = (e^(2|s|²) + 1)/2 gives the variance the grader checks. Before you
+        run the grader, work out that variance and compare it with Lemma 2's for φ+.
     """
     raise NotImplementedError("Task 4.1")
 
@@ -48,10 +51,10 @@ def orthogonal_projection(nb_features, dim, generator):
         factorisation of a Gaussian matrix gives you orthonormal directions; where do the lengths come from?
     Hint 2 (plan): ceil(m / D) blocks, each a (D, D) matrix of orthonormal rows; stack them and keep the
         first m rows; then scale row i by its own length; shape (m, D).
-    Hint 3 (formula): for each block, factor a fresh D×D Gaussian matrix G = QR; multiply column j of Q by the
-        sign of R's j-th diagonal entry (without it no row is uniformly distributed: notebook 04 measures the
-        bias); the block's rows are the columns of that corrected Q. Row i's length is |g_i| for a fresh
-        Gaussian vector g_i in R^D (a χ(D) draw), all from `generator`, in float64.
+    Hint 3 (formula): a D×D Gaussian matrix has a uniformly distributed orthogonal factor only once the signs of
+        QR's factors are fixed so that R's diagonal is positive (notebook 04, section 3; without it no row is
+        uniformly distributed). The length of an N(0, I_D) vector is a χ(D) draw: the norm of another Gaussian
+        vector, one per row.
     """
     raise NotImplementedError("Task 4.2")
 
@@ -71,29 +74,32 @@ def favor_noncausal(q, k, v, projection):
     Hint 2 (plan): exponents (before exp) of shape (B, H, N, m) for queries and (B, H, M, m) for keys;
         subtract a (B, H, N, 1) shift from the queries and a (B, H, 1, 1) shift from the keys; exponentiate;
         then φ(K)ᵀ V is (B, H, m, Dv), φ(K)ᵀ 1 is (B, H, m), and one division gives (B, H, N, Dv).
-    Hint 3 (formula): q' = q·D^(-1/4), k' = k·D^(-1/4); exponents e = x' Wᵀ − |x'|²/2; subtract from each query
-        row its max over features, and from all key exponents one max over every key and feature (detach both:
-        they cancel); out = φ(Q) (φ(K)ᵀ V) / φ(Q) (φ(K)ᵀ 1).
+    Hint 3 (formula): a shift may depend on anything the ratio shares. A query's shift multiplies its numerator
+        and its normaliser alike; a key shift must be the same for all keys of one feature (section 5 uses one
+        per feature, C_f, which guarantees every normaliser >= 1; one shift over all keys and features is also
+        exact, simpler, and enough for this task). The shifts are constants for the gradient (detach them).
     """
     raise NotImplementedError("Task 4.3")
 
 
-def causal_linear_attention(phi_q, phi_k, v):
-    """Task 4.4: causal linear attention from given (positive) features, by prefix sums.
+def sliding_window_linear_attention(phi_q, phi_k, v, window):
+    """Task 4.4: linear attention over a sliding window of keys, by prefix sums.
 
-    Revisits notebook 04, section 6.
-    phi_q: (B, H, N, m), phi_k: (B, H, N, m), v: (B, H, N, Dv)  ->  (B, H, N, Dv)
-    Output i may use only positions j ≤ i. The grader compares with minilin's causal form and with a loop over
-    the masked quadratic form for two shapes; checks that changing positions ≥ s never moves an output < s;
-    and records the matrix products for N = 96 (m = 4, Dv = 3): none may have both dimensions ≥ 48.
+    Builds on notebook 04, section 6, where query i sees every key j <= i.
+    phi_q: (B, H, N, m), phi_k: (B, H, N, m), v: (B, H, N, Dv), window >= 1  ->  (B, H, N, Dv)
+    Output i may use only keys i − window < j <= i (the last `window` positions, itself included). The grader
+    compares with a loop over the window-masked quadratic form for three shapes (windows 3, 1 and 5); checks
+    that a window longer than the sequence gives minilin's causal linear attention; that changing positions
+    >= s never moves an output < s; and records the computation for N = 96, window = 40 (m = 4, Dv = 3): no
+    matrix product with both dimensions >= 48 and nothing the size of the (N, N) matrix.
 
-    Hint 1 (nudge): non-causal linear attention keeps one summary of all keys and values. What changes if query
-        i may only see keys up to i? Think of an RNN: what state would you carry from position to position?
-    Hint 2 (plan): a running state of shape (B, H, m, Dv) and a running normaliser of shape (B, H, m), both
-        zero at the start; for each position add key i's contribution, then read out row i; stack the N rows
-        on dim 2. A loop over positions is the simplest correct answer ("Transformers are RNNs", arXiv
-        2006.16236).
-    Hint 3 (formula): S_i = Σ_{j≤i} φ(k_j) v_jᵀ, z_i = Σ_{j≤i} φ(k_j), out_i = φ(q_i)ᵀ S_i / φ(q_i)ᵀ z_i.
+    Hint 1 (nudge): section 6's prefix sum S_i holds every key up to i. Which two prefix sums together hold
+        exactly the keys of the window?
+    Hint 2 (plan): the prefix sums of φ(k_j) v_jᵀ and of φ(k_j), one per position (or kept as a running pair);
+        for each query the window's sums come from two of them; then the read-out of section 6.
+    Hint 3 (formula): with P_i = Σ_{j<i} φ(k_j) v_jᵀ (P_0 = 0) and p_i = Σ_{j<i} φ(k_j), the window of query i holds
+        P_{i+1} − P_{max(0, i+1−window)} and the same difference of the p's; mind the first positions, whose
+        window is cut short.
     """
     raise NotImplementedError("Task 4.4")
 
@@ -101,11 +107,10 @@ def causal_linear_attention(phi_q, phi_k, v):
 def favor_causal(q, k, v, projection):
     """Task 4.5 (extend task): causal FAVOR+ that is stable in float32 and whose stabiliser never reads ahead.
 
-    Extends notebook 04, sections 5 and 6: section 5 stabilises the non-causal form with one maximum over all
-    keys (Task 4.3), and section 6 computes causal prefix sums of given features (Task 4.4), says (Appendix E
-    shows) that a maximum over all keys lets the future in once anything is added after the shift, and shows how
-    a running maximum rescales the prefix state. Here you put them together: the whole causal estimator, stable
-    in float32.
+    Extends notebook 04, sections 5 and 6: section 5 stabilises the non-causal form with maxima over all keys
+    (Task 4.3), and section 6 builds the causal prefix sums unstabilised, says (Appendix E shows) that a maximum
+    over all keys lets the future in once anything is added after the shift, and that a running maximum
+    rescales the prefix state. Here you put them together: the whole causal estimator, stable in float32.
     q, k: (B, H, N, D), v: (B, H, N, Dv), projection: (m, D)  ->  (B, H, N, Dv), with x' = x·D^(-1/4).
     The grader checks, each on its own: equality (1e-10) in float64 with the unstabilised causal estimate
     out_i = Σ_{j≤i} φ(q_i)·φ(k_j) v_j / Σ_{j≤i} φ(q_i)·φ(k_j), for two shapes (D = 8 and 4, two lengths, B, H > 1);
@@ -117,14 +122,12 @@ def favor_causal(q, k, v, projection):
     Hint 1 (nudge): any positive factor that multiplies all the terms of query i's numerator and normaliser
         alike cancels. Which such factors may depend on key j, and on which keys may they depend, so that the
         output at i never depends on a key after i?
-    Hint 2 (plan): compute the exponents of queries and keys as in Task 4.3; scale each query row by its own
-        maximum; for the keys, keep the running maximum r_j over positions ≤ j of each key's largest exponent;
-        carry a state and a normaliser as in Task 4.4, stored on the scale exp(−r_i); when r grows, multiply
-        the old state and normaliser by exp(r_old − r_new) ≤ 1 before adding key i, whose features are scaled
-        by exp(−r_i) too.
-    Hint 3 (formula): e_jf = w_fᵀk'_j − |k'_j|²/2, r_j = max_{j'≤j} max_f e_j'f; S_i = e^(r_{i−1} − r_i) S_{i−1} +
-        exp(e_i − r_i) v_iᵀ and z_i = e^(r_{i−1} − r_i) z_{i−1} + exp(e_i − r_i), with S_0 = z_0 = 0;
-        out_i = φ̃(q_i)ᵀ S_i / φ̃(q_i)ᵀ z_i, φ̃(q_i) = exp(the query's exponents minus their row maximum).
+    Hint 2 (plan): exponents as in Task 4.3; each query row shifted by its own maximum; for the keys, one
+        running number r_j, the largest exponent of the keys up to j; a prefix state and normaliser carried
+        from position to position (section 6), always held on the scale of the current r.
+    Hint 3 (formula): if the state holds e^(−r_old) Σ φ̂(k_j)[v_j | 1]ᵀ and r grows to r_new, the same sum on the
+        new scale is e^(r_old − r_new) ≤ 1 times it (Appendix E derives it); a key added at position i enters on
+        the scale e^(−r_i). Check your first version against the unstabilised float64 formula on small inputs.
     """
     raise NotImplementedError("Task 4.5")
 
@@ -143,36 +146,37 @@ def causal_prefix_attention(phi_q, phi_k, v):
     queries) leaves output i unchanged; the ValueError; and, for N = 64, M = 96 (m = 4, Dv = 3), that no
     matrix product has both dimensions ≥ 32 with one ≥ 48 (no (N, M) matrix).
 
-    Hint 1 (nudge): the first M − N keys are seen by every query. What does Task 4.4's running state look like
+    Hint 1 (nudge): the first M − N keys are seen by every query. What does section 6's running state look like
         just before the first query is read out?
-    Hint 2 (plan): check N ≤ M; build the state and the normaliser of the first M − N keys in one go (two
-        matrix products of size m × Dv and m); then continue Task 4.4's recurrence over the N remaining keys,
-        reading out query i after adding key i + M − N.
-    Hint 3 (formula): with s = M − N: S_i = Σ_{j ≤ i+s} φ(k_j) v_jᵀ and z_i = Σ_{j ≤ i+s} φ(k_j);
-        out_i = φ(q_i)ᵀ S_i / φ(q_i)ᵀ z_i, and S_{−1}, z_{−1} are the sums over the first s keys.
+    Hint 2 (plan): check N ≤ M; the state and the normaliser of the first M − N keys in one go (two matrix
+        products); then section 6's prefix sums over the N remaining keys, query i read out after key i + M − N.
+    Hint 3 (formula): query i's sums run over j ≤ i + M − N; the first M − N keys are in every one of them, so
+        they form the state the first query starts from. Test N = 1 (all keys) and N = M (section 6) first.
     """
     raise NotImplementedError("Task 4.6")
 
 
-def positive_estimate_stats(x, y, nb_features, draws, generator):
-    """Task 4.7 (measure task): the bias and the variance of the m-feature positive estimate, by sampling.
+def orthogonal_mse(x, y, nb_features, draws, generator):
+    """Task 4.7 (predict, then measure): how much do orthogonal rows lower the error of the positive estimate?
 
-    Measures, on pairs notebook 04 did not use, what its section 2 derived: Lemma 2's variance of the estimate
-    φ(x)·φ(y) of exp(xᵀy) with m = nb_features positive features (Task 4.1, no D^(-1/4) scaling).
-    x, y: (D,) float64; returns a float64 tensor of shape (2,): [mean, variance] of `draws` independent estimates,
-    each from its own fresh (m, D) projection whose entries are N(0, 1), every number drawn from `generator`.
-    Before you run it, predict the variance from Lemma 2. The grader checks, each on its own: on two pairs with
-    D = 6 and different norms (m = 8, 20000 draws) that the mean is within 4 standard errors of exp(xᵀy) and the
-    variance within 10% of Lemma 2's; that the variance at m = 4 is 3.2 to 4.8 times the one at m = 16; and that
-    the same seed gives the same numbers and another seed other numbers (a measurement, not a formula).
+    Measures, with your own projections, what notebook 04's section 3 states as Theorem 2: the MSE of the
+    m-feature positive estimate φ+(x)·φ+(y) of exp(xᵀy) (no D^(-1/4) scaling), with iid Gaussian rows and with
+    block-orthogonal rows (your `orthogonal_projection` of Task 4.2), each over `draws` estimates that each use
+    a fresh projection. x, y: (D,) float64; returns a float64 tensor of shape (2,): [MSE iid, MSE orthogonal].
+    Every random number from `generator`. Do not call minilin here.
+    Before you run it, predict the ratio orthogonal / iid for m = D = 8, |x| ≈ |y| ≈ 0.65 and a moderate angle
+    from Lemma 2 and Theorem 2 (section 3). The grader checks, each on its own, on two pairs it draws (D = m = 8,
+    40000 draws): that the iid MSE is within 10% of Lemma 2's; that the orthogonal MSE is at most Theorem 2's
+    bound (+0.06 of Lemma 2's value for sampling) and at most 0.95 of the iid MSE; and that the same seed gives
+    the same numbers and another seed other numbers (a measurement, not a formula).
 
-    Hint 1 (nudge): one estimate is an average of m terms, one per random direction. To measure the spread of
-        the estimate, you need many estimates, each with its own directions.
-    Hint 2 (plan): draw all directions at once, shape (draws, m, D); compute the m features of x and of y for
-        every draw, shape (draws, m); one estimate per draw; then the mean and the (unbiased) variance of the
-        `draws` estimates.
-    Hint 3 (formula): estimate_r = (1/m) Σ_i exp(w_riᵀx − |x|²/2) · exp(w_riᵀy − |y|²/2); return the sample mean
-        and the sample variance of estimate_1..estimate_draws. Lemma 2 predicts the variance
-        exp(2xᵀy) · (exp(|x + y|²) − 1) / m.
+    Hint 1 (nudge): one estimate is an average of m terms, one per row of its projection. To measure an MSE you
+        need many estimates, each with its own rows, and the true value exp(xᵀy).
+    Hint 2 (plan): all iid projections at once, shape (draws, m, D); the orthogonal ones from one call of your
+        Task 4.2 function for enough rows, cut so that each estimate gets its own block; then the same estimate
+        and squared error for both.
+    Hint 3 (formula): the MSE is the mean over the draws of (estimate − exp(xᵀy))². Groups of m rows cut from
+        one longer orthogonal block would be dependent: with m <= D, give each estimate the first m rows of a
+        block of its own.
     """
     raise NotImplementedError("Task 4.7")

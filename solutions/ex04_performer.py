@@ -4,21 +4,21 @@ import math
 import torch
 
 
-def positive_random_features(x, projection):
-    """Task 4.1: φ(x) = exp(Wx − |x|²/2) / √m, (..., N, D) -> (..., N, m)."""
+def hyperbolic_random_features(x, projection):
+    """Task 4.1: φ(x) = exp(−|x|²/2) / √(2m) · [exp(Wx), exp(−Wx)], (..., N, D) -> (..., N, 2m)."""
     m = projection.shape[0]
-    return torch.exp(x @ projection.T - 0.5 * (x * x).sum(-1, keepdim=True)) / math.sqrt(m)
+    proj = x @ projection.T  # (..., N, m): every wᵢᵀx
+    scale = torch.exp(-0.5 * (x * x).sum(-1, keepdim=True)) / math.sqrt(2 * m)
+    return torch.cat([torch.exp(proj), torch.exp(-proj)], dim=-1) * scale
 
 
 def orthogonal_projection(nb_features, dim, generator):
     """Task 4.2: block-orthogonal Gaussian rows with chi(D) lengths, float64 (m, D)."""
-    blocks = []
-    for _ in range(-(-nb_features // dim)):
-        q, r = torch.linalg.qr(torch.randn(dim, dim, generator=generator, dtype=torch.float64))
-        blocks.append((q * torch.sign(torch.diagonal(r))).T)  # orthonormal rows, Haar-distributed
-    w = torch.cat(blocks)[:nb_features]
-    lengths = torch.stack([torch.randn(dim, generator=generator, dtype=torch.float64).norm()
-                           for _ in range(nb_features)])
+    nb_blocks = -(-nb_features // dim)
+    q, r = torch.linalg.qr(torch.randn(nb_blocks, dim, dim, generator=generator, dtype=torch.float64))
+    q = q * torch.sign(torch.diagonal(r, dim1=-2, dim2=-1))[:, None, :]  # Haar-distributed columns
+    w = q.transpose(-2, -1).reshape(nb_blocks * dim, dim)[:nb_features]  # the columns of each Q as rows
+    lengths = torch.randn(nb_features, dim, generator=generator, dtype=torch.float64).norm(dim=-1)  # chi(D)
     return w * lengths[:, None]
 
 
@@ -36,19 +36,17 @@ def favor_noncausal(q, k, v, projection):
     return (phi_q @ kv) / (phi_q @ z[..., None])
 
 
-def causal_linear_attention(phi_q, phi_k, v):
-    """Task 4.4: the recurrence S_i = S_{i-1} + φ(k_i) v_iᵀ, z_i = z_{i-1} + φ(k_i), one position at a time."""
-    B, H, N, m = phi_q.shape
-    state = phi_q.new_zeros(B, H, m, v.shape[-1])
-    z = phi_q.new_zeros(B, H, m)
-    outs = []
-    for i in range(N):
-        state = state + phi_k[:, :, i, :, None] * v[:, :, i, None, :]
-        z = z + phi_k[:, :, i]
-        num = (phi_q[:, :, i, :, None] * state).sum(-2)  # (B, H, Dv)
-        den = (phi_q[:, :, i] * z).sum(-1, keepdim=True)
-        outs.append(num / den)
-    return torch.stack(outs, dim=2)
+def sliding_window_linear_attention(phi_q, phi_k, v, window):
+    """Task 4.4: query i sees keys i − window < j ≤ i: the prefix sums up to i minus those up to i − window."""
+    N = phi_q.shape[2]
+    kv = torch.cat([torch.zeros_like(v[:, :, :1]), v], dim=2)  # (B, H, N + 1, Dv): a zero row in front
+    kk = torch.cat([torch.zeros_like(phi_k[:, :, :1]), phi_k], dim=2)  # (B, H, N + 1, m)
+    totals = (kk[..., :, None] * kv[..., None, :]).cumsum(2)  # (B, H, N + 1, m, Dv): P_i = Σ_{j<i} φ(k_j) v_jᵀ
+    norms = kk.cumsum(2)  # (B, H, N + 1, m)
+    hi = torch.arange(1, N + 1)
+    lo = (hi - window).clamp(min=0)
+    state, z = totals[:, :, hi] - totals[:, :, lo], norms[:, :, hi] - norms[:, :, lo]
+    return (phi_q[..., None, :] @ state)[..., 0, :] / (phi_q * z).sum(-1, keepdim=True)
 
 
 def favor_causal(q, k, v, projection):
@@ -95,9 +93,15 @@ def causal_prefix_attention(phi_q, phi_k, v):
     return torch.stack(readouts, dim=2)
 
 
-def positive_estimate_stats(x, y, nb_features, draws, generator):
-    """Task 4.7: [mean, variance] of `draws` independent m-feature positive estimates of exp(xᵀy)."""
-    w = torch.randn(draws, nb_features, x.shape[-1], generator=generator, dtype=torch.float64)  # (draws, m, D)
-    terms = torch.exp(w @ (x + y) - 0.5 * (x @ x + y @ y))  # (draws, m): φ_i(x) φ_i(y) · m
-    est = terms.mean(-1)  # (draws,)
-    return torch.stack([est.mean(), est.var()])
+def orthogonal_mse(x, y, nb_features, draws, generator):
+    """Task 4.7: [MSE with iid rows, MSE with block-orthogonal rows] of the m-feature positive estimate."""
+    m, d = nb_features, x.shape[-1]
+    truth = torch.exp(x @ y)
+    iid = torch.randn(draws, m, d, generator=generator, dtype=torch.float64)
+    blocks = -(-m // d)
+    ortho = orthogonal_projection(draws * blocks * d, d, generator).view(draws, blocks * d, d)[:, :m]
+    mse = []
+    for w in (iid, ortho):  # (draws, m, D): one projection per estimate
+        est = torch.exp(w @ (x + y) - 0.5 * (x @ x + y @ y)).mean(-1)  # (draws,)
+        mse.append((est - truth).pow(2).mean())
+    return torch.stack(mse)

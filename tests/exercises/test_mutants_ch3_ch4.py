@@ -144,10 +144,38 @@ MUTANTS = {
         "    pk = torch.exp(ek - ek.amax(dim=(-2, -1), keepdim=True))\n"
         "    a = pq @ pk.transpose(-2, -1)\n"
         "    return (a @ v) / a.sum(-1, keepdim=True)\n")),
-    "4.4-quadratic-masked-form": ("4.4", (
-        "def causal_linear_attention(phi_q, phi_k, v):\n"
-        "    a = (phi_q @ phi_k.transpose(-2, -1)).tril()\n"
+    "4.4-quadratic-window-mask": ("4.4", (
+        "import torch\n"
+        "def sliding_window_linear_attention(phi_q, phi_k, v, window):\n"
+        "    a = (phi_q @ phi_k.transpose(-2, -1)).tril().triu(1 - window)\n"
         "    return (a / a.sum(-1, keepdim=True)) @ v\n")),
+    "4.4-window-ignored": ("4.4", "import torch\n" + RECURRENCE + (
+        "def sliding_window_linear_attention(phi_q, phi_k, v, window):\n"
+        "    B, H, N, m = phi_q.shape\n"
+        "    return recurrence(phi_q, phi_k, v, phi_q.new_zeros(B, H, m, v.shape[-1]), phi_q.new_zeros(B, H, m), 0)\n"
+    )),
+    "4.4-window-one-too-long": ("4.4", (
+        "import torch\n"
+        "def sliding_window_linear_attention(phi_q, phi_k, v, window):\n"
+        "    N = phi_q.shape[2]\n"
+        "    kv = torch.cat([torch.zeros_like(v[:, :, :1]), v], dim=2)\n"
+        "    kk = torch.cat([torch.zeros_like(phi_k[:, :, :1]), phi_k], dim=2)\n"
+        "    tot, nrm = (kk[..., :, None] * kv[..., None, :]).cumsum(2), kk.cumsum(2)\n"
+        "    hi = torch.arange(1, N + 1)\n"
+        "    lo = (hi - window - 1).clamp(min=0)\n"
+        "    s, z = tot[:, :, hi] - tot[:, :, lo], nrm[:, :, hi] - nrm[:, :, lo]\n"
+        "    return (phi_q[..., None, :] @ s)[..., 0, :] / (phi_q * z).sum(-1, keepdim=True)\n")),
+    "4.1-plus-features-twice": ("4.1", (
+        "import math\nimport torch\n"
+        "def hyperbolic_random_features(x, projection):\n"
+        "    p = torch.exp(x @ projection.T - 0.5 * (x * x).sum(-1, keepdim=True)) / math.sqrt(2 * projection.shape[0])\n"
+        "    return torch.cat([p, p], -1)\n")),
+    "4.1-scale-one-over-root-m": ("4.1", (
+        "import math\nimport torch\n"
+        "def hyperbolic_random_features(x, projection):\n"
+        "    p = x @ projection.T\n"
+        "    c = torch.exp(-0.5 * (x * x).sum(-1, keepdim=True)) / math.sqrt(projection.shape[0])\n"
+        "    return torch.cat([torch.exp(p), torch.exp(-p)], -1) * c\n")),
     "4.5-stabiliser-reads-the-global-max": ("4.5", FAVOR_EXPONENTS + RECURRENCE + (
         "def favor_causal(q, k, v, projection):\n"
         "    eq, ek = exponents(q, k, projection, q.shape[-1])\n"
@@ -176,9 +204,9 @@ MUTANTS = {
         "    pk = torch.exp(ek - ek.amax(dim=(-2, -1), keepdim=True))\n"
         "    a = (pq[..., :, None, :] * pk[..., None, :, :]).sum(-1)\n"
         "    return (a[..., None] * v[..., None, :, :]).sum(-2) / a.sum(-1, keepdim=True)\n")),
-    "4.4-broadcast-masked-form": ("4.4", (
-        "def causal_linear_attention(phi_q, phi_k, v):\n"
-        "    a = (phi_q[..., :, None, :] * phi_k[..., None, :, :]).sum(-1).tril()\n"
+    "4.4-broadcast-window-form": ("4.4", (
+        "def sliding_window_linear_attention(phi_q, phi_k, v, window):\n"
+        "    a = (phi_q[..., :, None, :] * phi_k[..., None, :, :]).sum(-1).tril().triu(1 - window)\n"
         "    return (a / a.sum(-1, keepdim=True)) @ v\n")),
     # (b) unstabilised causal FAVOR+ kept finite by float64: with prefix sums, and as a broadcast masked form
     "4.5-unstabilised-float64": ("4.5", FAVOR_EXPONENTS + RECURRENCE + (
@@ -199,23 +227,29 @@ MUTANTS = {
         "    eq, ek = exponents(q.double(), k.double(), projection, q.shape[-1])\n"
         "    pq, pk = torch.exp(eq), torch.exp(ek)\n"
         "    return (pq @ (pk.transpose(-2, -1) @ v.double())) / (pq @ pk.sum(-2)[..., None])\n")),
-    "4.7-variance-of-one-feature": ("4.7", (
+    "4.7-iid-rows-twice": ("4.7", (
         "import torch\n"
-        "def positive_estimate_stats(x, y, nb_features, draws, generator):\n"
-        "    w = torch.randn(draws * nb_features, x.shape[-1], generator=generator, dtype=torch.float64)\n"
-        "    terms = torch.exp(w @ (x + y) - 0.5 * (x @ x + y @ y))\n"
-        "    return torch.stack([terms.mean(), terms.var()])\n")),
-    "4.7-no-norm-correction": ("4.7", (
+        "def orthogonal_mse(x, y, nb_features, draws, generator):\n"
+        "    mse = []\n"
+        "    for _ in range(2):\n"
+        "        w = torch.randn(draws, nb_features, x.shape[-1], generator=generator, dtype=torch.float64)\n"
+        "        est = torch.exp(w @ (x + y) - 0.5 * (x @ x + y @ y)).mean(-1)\n"
+        "        mse.append((est - torch.exp(x @ y)).pow(2).mean())\n"
+        "    return torch.stack(mse)\n")),
+    "4.7-one-feature-not-m": ("4.7", (
         "import torch\n"
-        "def positive_estimate_stats(x, y, nb_features, draws, generator):\n"
-        "    w = torch.randn(draws, nb_features, x.shape[-1], generator=generator, dtype=torch.float64)\n"
-        "    est = torch.exp(w @ (x + y)).mean(-1)\n"
-        "    return torch.stack([est.mean(), est.var()])\n")),
-    "4.7-lemma2-formula-not-measured": ("4.7", (
+        "def orthogonal_mse(x, y, nb_features, draws, generator):\n"
+        "    w = torch.randn(draws, x.shape[-1], generator=generator, dtype=torch.float64)\n"
+        "    est = torch.exp(w @ (x + y) - 0.5 * (x @ x + y @ y))\n"
+        "    m = (est - torch.exp(x @ y)).pow(2).mean()\n"
+        "    return torch.stack([m, 0.8 * m])\n")),
+    "4.7-formulas-not-measured": ("4.7", (
         "import torch\n"
-        "def positive_estimate_stats(x, y, nb_features, draws, generator):\n"
-        "    sm = torch.exp(x @ y)\n"
-        "    return torch.stack([sm, sm * sm * torch.expm1((x + y) @ (x + y)) / nb_features])\n")),
+        "def orthogonal_mse(x, y, nb_features, draws, generator):\n"
+        "    sm, s2, d = torch.exp(x @ y), (x + y) @ (x + y), x.shape[-1]\n"
+        "    iid = sm * sm * torch.expm1(s2) / nb_features\n"
+        "    gap = 2 * (nb_features - 1) / (nb_features * (d + 2)) * (sm - torch.exp(-(x @ x + y @ y) / 2)) ** 2\n"
+        "    return torch.stack([iid, iid - gap])\n")),
     "4.6-top-left-aligned": ("4.6", "import torch\n" + RECURRENCE + (
         "def causal_prefix_attention(phi_q, phi_k, v):\n"
         "    B, H, N, m = phi_q.shape\n"
