@@ -4,7 +4,12 @@ import os
 import signal
 import sys
 
-from minilin import __version__
+if not __package__:  # `python minilin ...` runs this file as a script, with minilin/ itself first on sys.path
+    print(f"python {sys.argv[0]}: error: run the course's commands as a module, with -m: python -m minilin "
+          f"{' '.join(sys.argv[1:]) or '--help'}", file=sys.stderr)
+    sys.exit(2)
+
+from minilin import __version__  # noqa: E402 (after the check above: run as a script, this import fails)
 from minilin.cli import Parser, UsageError, interrupted_line, reset_progress
 
 COMMANDS = {
@@ -57,6 +62,12 @@ def main(argv=None):
         _close_progress_bars()
         print(interrupted_line(prog), file=sys.stderr, flush=True)
         return 130
+
+
+def run(command):
+    """`python -m minilin.grade ARGS` (a command's own module run directly) does what `python -m minilin grade
+    ARGS` does, instead of importing the module and exiting 0 having done nothing."""
+    _exit(main([command, *sys.argv[1:]]))
 
 
 def _close_progress_bars():

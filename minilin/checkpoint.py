@@ -123,9 +123,11 @@ def save_checkpoint(obj, path):
 
 
 def check_writable(path, option="--out", what="the checkpoint"):
-    """Raise ValueError unless a file can be written at `path`; creates its folder if missing.
+    """Raise ValueError unless a file can be written at `path`; leaves the disk as it found it.
 
     Called before the first training step, so a bad --out fails at once, not when the first save comes.
+    Folders it had to create for the check are removed again (the writer creates them when it writes), so a run
+    stopped before its first save (Ctrl-C) leaves no empty checkpoints/ behind.
     option, what: the command-line option and the file's role, for the message.
     """
     path = Path(path)
@@ -133,6 +135,18 @@ def check_writable(path, option="--out", what="the checkpoint"):
     fix = f"pass another {option}" + (" (or --no-save)" if option == "--out" else "")
     if path.is_dir():
         raise ValueError(f"{head}: it is a folder; {fix}, e.g. {option} {path / 'lm.pt'}")
+    created = [p for p in [path.parent, *path.parent.parents] if not p.exists() and not p.is_symlink()]
+    try:
+        _check_writable_in(path, head, fix)
+    finally:
+        for folder in created:  # deepest first; one that now holds something (another writer's) stays
+            try:
+                folder.rmdir()
+            except OSError:
+                break
+
+
+def _check_writable_in(path, head, fix):
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except (FileExistsError, NotADirectoryError):

@@ -6,6 +6,8 @@ parsing (a missing file, a length that is not a number, CUDA asked for without a
 else is a bug in minilin and keeps its traceback.
 """
 import argparse
+import difflib
+import re
 
 
 class UsageError(Exception):
@@ -16,7 +18,23 @@ class Parser(argparse.ArgumentParser):
     """argparse, but an error is one line (no usage block) raised as UsageError, so tests can catch it."""
 
     def error(self, message):
-        raise UsageError(f"{message} (see `{self.prog} --help`)")
+        raise UsageError(f"{message}{self.did_you_mean(message)} (see `{self.prog} --help`)")
+
+    def did_you_mean(self, message):
+        """"; did you mean --chapter?" for a mistyped option or choice named in argparse's `message`, else ""."""
+        guesses = []
+        if message.startswith("unrecognized arguments: "):
+            options = [o for o in self._option_string_actions if o.startswith("--")]
+            for word in message.removeprefix("unrecognized arguments: ").split():
+                if word.startswith("--"):
+                    guesses += difflib.get_close_matches(word.split("=")[0], options, n=1, cutoff=0.6)
+        elif match := re.search(r"'([^']*)'\W+\(?choose from (.*?)\)?$", message):
+            # argparse's "invalid choice: 'x' (choose from 'a', 'b')" or ours: "unknown attention 'x': choose from a, b"
+            choices = re.findall(r"'([^']*)'", match.group(2)) or match.group(2).split(", ")
+            for word in match.group(1).split(","):
+                if word not in choices:
+                    guesses += difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
+        return f"; did you mean {' '.join(dict.fromkeys(guesses))}?" if guesses else ""
 
 
 def _number(cast, ok, what):

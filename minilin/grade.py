@@ -100,6 +100,18 @@ def course_folder(name):
     raise UsageError(f"no {name}/ folder next to minilin or here: run from the course folder")
 
 
+def folder_line(folder, given):
+    """The first line of a learner's grading: which folder is graded, and, when it is the course's default one and
+    the current folder is elsewhere, that it is not the current folder (a copy there is not what is graded)."""
+    line = f"grading folder: {folder.resolve()}/"
+    if given:
+        return line + " (--folder)"
+    if folder.resolve().parent == ROOT and not Path.cwd().resolve().is_relative_to(ROOT):
+        line += (f" (the course beside the minilin package this Python imports, not the current folder "
+                 f"{Path.cwd()}; --folder DIR grades another)")
+    return line
+
+
 def check_file(option, path):
     """A file to write: not a folder, in a folder that exists."""
     path = Path(path)
@@ -174,6 +186,7 @@ def main(argv=None):
     folder = None
     if args.submissions is None:
         folder = Path(args.folder) if args.folder else course_folder(args.impl or "exercises")
+        print(folder_line(folder, args.folder is not None), flush=True)
     points = report.load_rubric(args.rubric) if args.rubric else None
     hidden = load_hidden(args.hidden_tests) if args.hidden_tests else {}
     mode, note = sandbox.choose(args.sandbox)
@@ -278,3 +291,8 @@ def student_results(future, name, session, Result):
         return {t.id: Result(t.id, "crash", "the grader failed on this submission: "
                                             f"{type(err).__name__}: {one_line(err)}")
                 for t in session.tasks}
+
+
+if __name__ == "__main__":  # python -m minilin.grade: the same as python -m minilin grade
+    from minilin.__main__ import run
+    run("grade")

@@ -126,5 +126,6 @@ def main(argv=None):
     return 0
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+if __name__ == "__main__":  # python -m minilin.sample: the same as python -m minilin sample
+    from minilin.__main__ import run
+    run("sample")

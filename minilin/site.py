@@ -12,7 +12,6 @@ import importlib.util
 import json
 import re
 import shutil
-import sys
 import tempfile
 from pathlib import Path
 
@@ -236,5 +235,6 @@ def main(argv=None):
     return 0
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+if __name__ == "__main__":  # python -m minilin.site: the same as python -m minilin site
+    from minilin.__main__ import run
+    run("site")

@@ -15,7 +15,7 @@ import time
 from minilin.bench import decode
 from minilin.bench.methods import DEFAULT_METHODS, DTYPES, get_method
 from minilin.bench.names import method_examples
-from minilin.bench.results import load_csv, write_csv
+from minilin.bench.results import ROUND_METRICS, load_csv, write_csv
 from minilin.bench.sweep import PASSES, BenchConfig, run
 from minilin.cli import Parser, UsageError, nonnegative_int, positive_float, positive_int
 
@@ -30,6 +30,12 @@ QUICK = {"lengths": (256, 512, 1024, 2048), "model_lengths": (256, 512, 1024, 20
 # wall time on an otherwise idle 2-core CPU (README's table of commands says the same); the default sweep is
 # dominated by exact attention and performer-pytorch's causal fallback at n = 4096 and 8192
 QUICK_TIME, DEFAULT_TIME = "1 min", "8 min"  # measured by tests/readme_times.py (the README's table)
+
+# A timing whose slowest round took more than DISAGREE times its fastest disagrees with itself; when more than
+# DISAGREE_SHARE of a sweep's timings do (or the load average before it exceeded the cores), the figures are
+# flagged. A quiet 2-core CPU stays under 1.25x (results/reference/causal-scans); launch-bound GPU timings at
+# short lengths reach 1.7x in a few cases (18 % of the H200 causal sweep over 1.5x), not in a quarter of them.
+DISAGREE, DISAGREE_SHARE = 1.5, 0.25
 
 # --decode --quick: a few short contexts, about 20 s on a 2-core CPU
 QUICK_DECODE = {"contexts": (256, 512, 1024, 2048), "min_run_time": 0.05, "rounds": 3, "max_seconds": 0.5}
@@ -224,6 +230,40 @@ def _out_folder(path):
     return path
 
 
+def cores():
+    """The CPU cores this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def load_average():
+    """The 1-minute load average, or None where the system has none (Windows)."""
+    try:
+        return os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return None
+
+
+def busy_warning(rows, load=None, ncores=None):
+    """One line when the sweep's timings cannot be trusted (their rounds disagree, or the machine was busier than
+    its cores before the sweep started), else None. Reads only the rows already measured: costs no time."""
+    rounds = {}
+    for row in rows:
+        if row["metric"] in ROUND_METRICS and row["status"] == "ok":
+            rounds.setdefault((row["method"], row["n"], row["metric"]), []).append(row["value"])
+    spreads = [max(v) / min(v) for v in rounds.values() if len(v) >= 2 and min(v) > 0]
+    disagree = [s for s in spreads if s > DISAGREE]
+    reasons = []
+    if load is not None and ncores and load > ncores:
+        reasons.append(f"the load average was {load:.1f} on {ncores} cores before it started")
+    if spreads and len(disagree) > DISAGREE_SHARE * len(spreads):
+        reasons.append(f"in {len(disagree)} of {len(spreads)} timings the slowest round took over {DISAGREE:g}x "
+                       f"the fastest (worst {max(disagree):.1f}x)")
+    if not reasons:
+        return None
+    return (f"warning: this machine was busy ({'; '.join(reasons)}): the times, growth exponents and ratios below "
+            "may be meaningless; rerun when it is idle (more --rounds and --min-run-time help)")
+
+
 def main(argv=None):
     """`python -m minilin bench ...`: run the sweep, write CSV (+ PNG), print the ratio tables."""
     argv = sys.argv[1:] if argv is None else list(argv)
@@ -239,12 +279,15 @@ def main(argv=None):
         print(f"note: this run replaces {', '.join(earlier)} from an earlier run when it ends; "
               f"use --out DIR to keep both", file=sys.stderr, flush=True)
     t0 = time.perf_counter()
+    load = load_average() if device.type == "cpu" else None  # other work on the CPU, before ours adds to it
     rows = run(cfg)
     written = [write_csv(rows, stem + ".csv")]
     df = load_csv(written[0])
     from minilin import plots  # plots reads results; only this command draws them
     if not args.no_plots:
         written += plots.save_figures(df, stem)
+    if warning := busy_warning(rows, load, cores()):
+        print(warning, file=sys.stderr, flush=True)
     print(plots.summary(df))
     print(f"\n{len(rows)} rows in {time.perf_counter() - t0:.0f} s; wrote:")
     for path in written:

@@ -406,3 +406,7 @@ def write_gradescope(path, points):
                 count += 1
     return count
 
+
+if __name__ == "__main__":  # python -m minilin.grading.release: the same as python -m minilin release
+    from minilin.__main__ import run
+    run("release")

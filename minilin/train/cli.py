@@ -236,6 +236,7 @@ def main(argv=None):
         say(f"{history.params:,} parameters, {1e3 * history.step_time():.1f} ms/step, final val bits/byte "
             f"{history.val_bits[-1]:.4f}" + (f", checkpoint {config.out} (step {run.step})" if config.out else ""))
     if args.history and rank == 0:
+        Path(args.history).parent.mkdir(parents=True, exist_ok=True)  # checked before training, created now
         Path(args.history).write_text(json.dumps(history.to_dict()))
     return 0
 
