@@ -103,12 +103,15 @@ def course_folder(name):
 def folder_line(folder, given):
     """The first line of a learner's grading: which folder is graded, and, when it is the course's default one and
     the current folder is elsewhere, that it is not the current folder (a copy there is not what is graded)."""
-    line = f"grading folder: {folder.resolve()}/"
+    from minilin.grading.text import one_line
+    here, where = Path.cwd().resolve(), folder.resolve()
+    inside = here.is_relative_to(ROOT) and where.is_relative_to(ROOT)  # shown relative: no machine path in a notebook
+    line = f"grading folder: {one_line(os.path.relpath(where, here) if inside else str(where))}/"
     if given:
         return line + " (--folder)"
-    if folder.resolve().parent == ROOT and not Path.cwd().resolve().is_relative_to(ROOT):
+    if where.parent == ROOT and not here.is_relative_to(ROOT):
         line += (f" (the course beside the minilin package this Python imports, not the current folder "
-                 f"{Path.cwd()}; --folder DIR grades another)")
+                 f"{one_line(str(Path.cwd()))}; --folder DIR grades another)")
     return line
 
 

@@ -499,10 +499,11 @@ def test_release_grades_the_students_files_and_its_tests_pass(release):
     # stands for that install); its own basetemp, so that it cannot prune this run's temporary folders
     learner_env = {k: v for k, v in os.environ.items() if k != "MINILIN_REQUIRE_STUBS"}  # the course CI's flag
     learner_env["PYTHONPATH"] = str(release)
-    tests = subprocess.run([sys.executable, "-m", "pytest", "tests", "-q", "-rs", "-p", "no:cacheprovider", "-n", "2",
+    tests = subprocess.run([sys.executable, "-m", "pytest", "tests", "-q", "-rfEs", "-p", "no:cacheprovider", "-n", "2",
                             "--basetemp", str(release.parent / "inner-pytest")],
                            cwd=release, capture_output=True, text=True, timeout=1500, env=learner_env)
-    assert tests.returncode == 0, tests.stdout[-3000:]
+    failed = [line for line in tests.stdout.splitlines() if line.startswith(("FAILED", "ERROR"))]
+    assert tests.returncode == 0, "\n".join(failed) + "\n" + tests.stdout[-3000:]
     # chapter 1 holds the learner's work, yet the stub side still runs (on stubs built pristine): no XPASS, no skip
     xfailed = int(next(w for w in tests.stdout.split(",") if "xfailed" in w).split()[0])
     assert xfailed >= len(TASKS) and "xpass" not in tests.stdout.lower(), tests.stdout[-3000:]
