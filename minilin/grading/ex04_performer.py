@@ -86,7 +86,8 @@ def hyperbolic_random_features(f):
     yield check(fx, fy, judge=unbiased)
     # Seeds 6/7/8: 10000 estimates with m = 8 directions each (d = 3): their variance must be within 15% of
     # (1 − e^(−|x+y|²))/2 times Lemma 2's variance of φ+ with the same 8 directions (relative s.e. about 3%).
-    x2, y2 = rand(2, 3, seed=6, scale=0.5), rand(2, 3, seed=7, scale=0.5)  # new names: the judges run later
+    x2, y2 = rand(2, 3, seed=6), rand(2, 3, seed=7)  # new names: the judges run later
+    x2, y2 = (0.6 * t / t.norm(dim=-1, keepdim=True) for t in (x2, y2))  # a fixed length: light tails
     w2 = torch.randn(80000, 3, generator=gen(8), dtype=torch.float64)
     gx, gy = f(x2, w2), f(y2, w2)
 
