@@ -20,7 +20,9 @@ decay from the chunk's start to token i (so every factor exp(b_i − b_j), j ≤
     o_i  = exp(b_i) q_i S_0 + Σ_{j ≤ i} (q_i · k_j) exp(b_i − b_j) δ_j         (rows; δ_j = v_j without the delta rule)
     S_C  = exp(b_C) S_0 + Σ_j exp(b_C − b_j) k_j δ_jᵀ
 
-and a Python loop over chunks carries S between them. The delta rule's δ_j = β_j (v_j − α_j S_{j−1}ᵀ k_j)
+With no decay or a scalar decay per head (linear attention, retention, a Mamba-2 gate) the states between
+chunks come from `minilin.linear.chunk_states`, with no Python loop over chunks; a per-feature gate (GLA) and
+the delta rule (a (Dk × Dk) matrix per chunk) carry S between chunks in a Python loop. The delta rule's δ_j = β_j (v_j − α_j S_{j−1}ᵀ k_j)
 depends on the state one token earlier; written for a whole chunk it is one unit lower-triangular solve,
 (I + L) Δ = diag(β) V − diag(β exp(b)) K S_0 with L_ij = β_i (k_i · k_j) exp(b_i − b_j) for j < i: Δ = U − W S_0
 with U = T diag(β) V and W = T diag(β exp(b)) K, T = (I + L)⁻¹ (the WY/UT representation, arXiv 2406.06484
@@ -36,6 +38,7 @@ import math
 import torch
 
 from minilin.attention import check_attention_inputs
+from minilin.linear import chunk_states
 
 
 
@@ -236,7 +239,8 @@ def _scan(q, k, v, log_decay, beta, initial_state, chunk_size):
     if per_feature and beta is not None:
         raise ValueError("a per-feature gate with the delta rule is not one of the variants here; pass a "
                          "(B, H, N) log-gate (gated_delta_rule) or no beta (gla)")
-    if log_decay is None:
+    no_decay = log_decay is None
+    if no_decay:
         log_decay = q.new_zeros(B, H, N)
     b = _chunk(log_decay.clamp(min=_floor(q.dtype)), nc, c).cumsum(dim=3)  # (B, H, nc, c[, Dk])
     tri = torch.ones(c, c, dtype=torch.bool, device=q.device).tril()
@@ -267,11 +271,18 @@ def _scan(q, k, v, log_decay, beta, initial_state, chunk_size):
         u, w = uw[..., :Dv], uw[..., Dv:]  # Δ = U − W S_0
         moves = k_out.transpose(-2, -1) @ u
         carry = carry * torch.eye(Dk, dtype=q.dtype, device=q.device) - k_out.transpose(-2, -1) @ w  # (.., Dk, Dk)
-    before = []
-    for i in range(nc):  # one state update per chunk
-        before.append(state)
-        state = (carry[:, :, i] @ state if beta is not None else carry[:, :, i] * state) + moves[:, :, i]
-    s0 = torch.stack(before, dim=2)  # (B, H, nc, Dk, Dv): the state each chunk starts from
+    if per_feature or beta is not None:
+        # A per-feature gate scales each row of the state by its own factor and the delta rule multiplies it by
+        # a (Dk × Dk) matrix per chunk: these keep one state update per chunk (nc small steps)
+        before = []
+        for i in range(nc):
+            before.append(state)
+            state = (carry[:, :, i] @ state if beta is not None else carry[:, :, i] * state) + moves[:, :, i]
+        s0 = torch.stack(before, dim=2)  # (B, H, nc, Dk, Dv): the state each chunk starts from
+    else:  # a scalar decay per head and chunk (none, retention, a Mamba-2 gate): no Python loop over chunks
+        after = chunk_states(moves, None if no_decay else b_end[..., 0], state)  # (B, H, nc, Dk, Dv): the state after each chunk
+        s0 = torch.cat([state[:, :, None], after[:, :, :-1]], dim=2)  # the state each chunk starts from
+        state = after[:, :, -1]
     if beta is not None:
         delta = u - w @ s0
     out = q_in @ s0 + _guarded(p, delta)  # (B, H, nc, c, Dv)

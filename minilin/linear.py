@@ -11,7 +11,7 @@ Associativity turns the (N × M) matrix into an (F × Dv) state Σ_j φ(k_j) v_j
                                                                        transformer computes it (minilin.efficient)
 Shapes and mask/causal semantics: the package contract (minilin/attention.py). One chunked causal scan
 (`_scan`): inside a chunk the masked quadratic form, across chunks an (F × Dv+1) prefix sum (App. B.1 of
-arXiv 2009.14794); never an (N, F, Dv) tensor.
+arXiv 2009.14794), computed without a Python loop over chunks (`chunk_states`); never an (N, F, Dv) tensor.
 
 Stabilisation: the rule every attention with exponential features runs (FAVOR+'s PositiveRandomFeatures,
 EfficientPair: favor_attention, efficient_attention causal, their modules and `step`s), described only here.
@@ -34,6 +34,7 @@ Non-finite inputs reach exactly the outputs that may see them (NaN out, never a 
 causal=True, outputs before a NaN/inf query or key are bit-identical to a run without it. A NaN *value* can
 still reach earlier outputs of its chunk through 0·NaN in a matrix product, as in scaled_dot_product_attention.
 """
+import math
 import warnings
 from dataclasses import dataclass
 
@@ -149,14 +150,79 @@ class _Chunks:
         return out, den
 
 
-def _scan(q, k, v1, decay, *, blind, pair=None, q_scale=None, k_scale=None):
+def _segsum(x):
+    """seg[..., i, j] = Σ_{j < d ≤ i} x_d for j ≤ i, −inf above the diagonal: (..., T) -> (..., T, T).
+
+    Each entry sums only its own terms (a masked cumulative sum, as Mamba-2's `ssd_minimal.py` segsum,
+    arXiv 2405.21060), so exp(seg) is exact to rounding even when Σ_d x_d over the whole row is large."""
+    T = x.shape[-1]
+    rows = x[..., :, None].expand(*x.shape, T)  # rows[..., d, j] = x_d
+    below = torch.ones(T, T, dtype=torch.bool, device=x.device).tril(-1)  # d > j
+    seg = rows.masked_fill(~below, 0.0).cumsum(dim=-2)
+    return seg.masked_fill(~below.logical_or(torch.eye(T, dtype=torch.bool, device=x.device)), float("-inf"))
+
+
+def chunk_states(writes, log_decay=None, initial_state=None):
+    """The chunk-to-chunk states of a chunked scan, with no Python loop over chunks.
+
+        S_t = exp(log_decay_t) S_{t−1} + writes_t,   S_{−1} = initial_state (or 0),   t = 0..n−1
+
+    writes: (B, H, n, F, E), chunk t's contribution already on the scale of its end; log_decay: (B, H, n) ≤ 0
+    (one scalar per head and chunk) or None (no decay: a cumulative sum); initial_state: (B, H, F, E) or None.
+    returns (B, H, n, F, E): the state after each chunk (the last one is the final state).
+
+    With a decay, a two-level scan: the chunks are grouped in blocks of s = ⌈√n⌉; inside a block the states
+    are one (s × s) matrix of factors exp(Σ log_decay) ≤ 1 times the writes, across blocks one (n/s × n/s)
+    matrix times the blocks' totals (every exponent ≤ 0: nothing overflows). Work O(n^1.5 · F·E), memory
+    O(n·(s + F·E)): never an (n × n × F × E) tensor, and a fixed number of operations whatever n.
+    A non-finite write reaches exactly the states at and after its chunk (NaN; 0·NaN in the matrix
+    products would otherwise reach earlier ones).
+    """
+    B, H, n = writes.shape[:3]
+    if n == 0:
+        return writes.clone()
+    flat = writes.reshape(B, H, n, -1)  # (B, H, n, X), X = F·E
+    X = flat.shape[-1]
+    init = None if initial_state is None else initial_state.reshape(B, H, 1, X).to(flat.dtype)
+    if log_decay is None:
+        after = flat.cumsum(dim=2)  # sequential, as the loop it replaces
+        after = after if init is None else after + init
+        return after.view(writes.shape)
+    bad = ~torch.isfinite(flat)
+    guard = writes.device.type != "meta" and bool(bad.any())
+    if guard:
+        flat = torch.where(bad, torch.zeros_like(flat), flat)
+    s = max(1, math.isqrt(n - 1) + 1) if n > 1 else 1
+    nb = -(-n // s)
+    pad = nb * s - n
+    la = log_decay.to(flat.dtype)
+    if pad:
+        flat = torch.nn.functional.pad(flat, (0, 0, 0, pad))
+        la = torch.nn.functional.pad(la, (0, pad))
+    w, la = flat.view(B, H, nb, s, X), la.view(B, H, nb, s)
+    local = torch.exp(_segsum(la)) @ w  # (B, H, nb, s, X): states inside each block, from a zero start
+    into = torch.cat([la.new_zeros(B, H, 1), la.sum(-1)[:, :, :-1]], dim=2)  # (B, H, nb): the log decay
+    start = init if init is not None else flat.new_zeros(B, H, 1, X)  # of the block before, into block b
+    items = torch.cat([start, local[:, :, :-1, -1]], dim=2)  # (B, H, nb, X): what enters block b
+    enter = torch.exp(_segsum(into)) @ items  # (B, H, nb, X): the state entering each block
+    after = local + torch.exp(la.cumsum(-1))[..., None] * enter[:, :, :, None]  # (B, H, nb, s, X)
+    after = after.reshape(B, H, nb * s, X)[:, :, :n]
+    if guard:
+        reached = torch.cummax(bad.int(), dim=2).values.bool()
+        after = torch.where(reached, torch.full_like(after, float("nan")), after)
+    return after.reshape(writes.shape)
+
+
+def _scan(q, k, v1, log_decay, *, blind, pair=None, q_scale=None, k_scale=None):
     """The one chunked causal scan. Per chunk c (positions in chunks of size c):
 
         out_i = s_i · (q_i · S_{<c})  +  Σ_{j ≤ i in chunk c} (q_i · k_j) [v_j | 1]
-        S_{≤c} = S_{<c} ⊙ decay_c + Σ_{j in chunk c} k_j (t_j [v_j | 1])ᵀ        (an (F × Dv+1) prefix sum)
+        S_{≤c} = S_{<c} · exp(log_decay_c) + Σ_{j in chunk c} k_j (t_j [v_j | 1])ᵀ   (an (F × Dv+1) prefix sum)
 
-    q, k: (B, H, nc, c, F); v1: (B, H, nc, c, Dv+1); decay: (B, H, nc, F or 1), the factor that brings the
-    state from the previous chunk's scale to this chunk's (each row of the state may carry its own scale).
+    q, k: (B, H, nc, c, F); v1: (B, H, nc, c, Dv+1); log_decay: (B, H, nc) ≤ 0 or None (= 0), the log factor
+    that brings the state from the previous chunk's scale to this chunk's. The states come from
+    `chunk_states` (a cumulative sum, or a two-level scan with a decay), then every chunk reads its own in
+    one batched product: no Python loop over chunks.
     q_scale s, k_scale t: (B, H, nc, c, 1) or None (= 1): per-position factors of the state's read and write
     (a query on the state's scale, a key on its chunk's end); scaling the (c, Dv+1) rows of the products
     instead of the (c, F) features costs Dv+1 instead of F multiplications a row. pair = (a, b), (B, H, nc, c)
@@ -167,15 +233,9 @@ def _scan(q, k, v1, decay, *, blind, pair=None, q_scale=None, k_scale=None):
     B, H, nc, c, Fq = k.shape
     written = v1[:, :, :-1] if k_scale is None else v1[:, :, :-1] * k_scale[:, :, :-1]  # the last chunk's
     chunk_kv = k[:, :, :-1].transpose(-2, -1) @ written  # (B, H, nc-1, F, Dv+1)    writes are never read
-    state = k.new_zeros(B, H, Fq, v1.shape[-1])
-    in_place = not (torch.is_grad_enabled() and (chunk_kv.requires_grad or decay.requires_grad))
-    reads = []
-    for i in range(nc):  # nc small (F × Dv+1) updates; each chunk reads the state before its own update
-        reads.append(q[:, :, i] @ state)  # (B, H, c, Dv+1): no stack of nc states
-        if i < nc - 1:
-            d, kv = decay[:, :, i, :, None], chunk_kv[:, :, i]
-            state = state.mul_(d).add_(kv) if in_place else state * d + kv  # (no autograd graph: in place)
-    out = torch.stack(reads, dim=2)  # (B, H, nc, c, Dv+1)
+    after = chunk_states(chunk_kv, None if log_decay is None else log_decay[:, :, :-1])
+    states = torch.cat([after.new_zeros(B, H, 1, Fq, v1.shape[-1]), after], dim=2)  # (B, H, nc, F, Dv+1)
+    out = q @ states  # (B, H, nc, c, Dv+1): each chunk reads the state before its own update
     if q_scale is not None:
         out = out * q_scale
     if not blind:
@@ -215,8 +275,7 @@ def _causal(phi_q, phi_k, v, *, chunk_size, k_log_scale, bucket_size):
     ch = _Chunks(N, M, bucket_size if blind else max(1, min(chunk_size, M)))
     qc, kc, v1 = ch.queries(phi_q), ch.keys(phi_k), ch.keys(_with_ones(v))
     if k_log_scale is None:
-        one = qc.new_ones(B, H, ch.nc, 1)
-        return ch.output(_scan(qc, kc, v1, one, blind=blind))
+        return ch.output(_scan(qc, kc, v1, None, blind=blind))
     r = k_log_scale.detach()
     r = torch.cummax(torch.where(torch.isfinite(r), r, torch.full_like(r, _floor(r.dtype))), dim=-1).values
     r = torch.nn.functional.pad(r, (0, ch.pad), mode="replicate").view(B, H, ch.nc, ch.c, 1)
@@ -227,7 +286,7 @@ def _causal(phi_q, phi_k, v, *, chunk_size, k_log_scale, bucket_size):
     q_scale = torch.exp((r_before - r).clamp(max=0.0))
     k_scale = torch.exp(r - r_end)  # ≤ 1: key j written on its chunk's end scale
     pair = (r[..., 0], r[..., 0])  # key j seen from query i ≥ j: exp(r_j − r_i) ≤ 1
-    return ch.output(_scan(qc, kc, v1, torch.exp(r_before - r_end)[..., 0], blind=blind, pair=pair,
+    return ch.output(_scan(qc, kc, v1, (r_before - r_end)[..., 0, 0], blind=blind, pair=pair,
                            q_scale=q_scale, k_scale=k_scale))
 
 

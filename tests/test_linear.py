@@ -303,3 +303,87 @@ def test_hyphenated_variant_names_parse():
 def test_bad_method_names_say_why(bad, match):
     with pytest.raises(ValueError, match=match):
         parse_method(bad)
+
+
+# ---- the chunk-to-chunk states without a Python loop (minilin.linear.chunk_states) ---------------------------
+
+def _states_loop(writes, log_decay, initial):
+    """chunk_states' definition, one chunk at a time."""
+    state = torch.zeros_like(writes[:, :, 0]) if initial is None else initial
+    after = []
+    for t in range(writes.shape[2]):
+        state = (state if log_decay is None else torch.exp(log_decay[:, :, t])[..., None, None] * state) \
+            + writes[:, :, t]
+        after.append(state)
+    return torch.stack(after, dim=2)
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 9, 16, 17, 50])
+@pytest.mark.parametrize("decay", [None, "mild", "strong"])
+@pytest.mark.parametrize("initial", [False, True])
+def test_chunk_states_equal_the_loop(n, decay, initial):
+    from minilin.linear import chunk_states
+    writes = rand(2, 3, n, 4, 5, seed=n)
+    log_decay = None if decay is None else -rand(2, 3, n, seed=n + 1).abs() * {"mild": 0.3, "strong": 300.0}[decay]
+    init = rand(2, 3, 4, 5, seed=n + 2) if initial else None
+    torch.testing.assert_close(chunk_states(writes, log_decay, init), _states_loop(writes, log_decay, init),
+                               rtol=1e-12, atol=TOL)
+
+
+@pytest.mark.parametrize("decay", [False, True])
+def test_chunk_states_non_finite_write_reaches_no_earlier_state(decay):
+    from minilin.linear import chunk_states
+    writes, log_decay = rand(1, 2, 20, 3, 3, seed=1), (-rand(1, 2, 20, seed=2).abs() if decay else None)
+    clean = chunk_states(writes, log_decay)
+    writes[0, 1, 11, 2, 0] = float("nan")
+    got = chunk_states(writes, log_decay)
+    assert torch.equal(got[:, :, :11], clean[:, :, :11])  # bit-identical before the bad chunk
+    assert torch.isnan(got[0, 1, 11:, 2, 0]).all()
+
+
+def _count_ops(fn):
+    """The number of aten operations fn() runs (every kernel call torch dispatches)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Count(TorchDispatchMode):
+        calls = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            Count.calls += 1
+            return func(*args, **(kwargs or {}))
+
+    with Count():
+        fn()
+    return Count.calls
+
+
+@pytest.mark.parametrize("case", ["linear", "linear-backward", "exponential", "retention", "mamba2-gate",
+                                  "chunk-states"])
+def test_op_count_does_not_grow_with_the_number_of_chunks(case):
+    # The chunk-to-chunk state has no Python loop: 4 and 64 scanned chunks run the same number of operations
+    # (a loop over chunks adds a few per chunk, ≥ 60 more here). Both are squares, so chunk_states' blocks of
+    # ⌈√n⌉ chunks need no zero-padding (which adds two operations); linear's scan reads the states of nc − 1
+    # chunks (the last chunk's write is never read), so it gets one chunk more.
+    from minilin import gated
+    from minilin.linear import chunk_states
+
+    def run(nc):
+        c = 4
+        nc = nc + 1 if case in ("linear", "linear-backward", "exponential") else nc
+        q, k, v = rand(1, 2, nc * c, 3, seed=1), rand(1, 2, nc * c, 3, seed=2), rand(1, 2, nc * c, 3, seed=3)
+        if case == "linear":
+            return lambda: linear_attention(q, k, v, feature_map=elu_plus_one, causal=True, chunk_size=c)
+        if case == "linear-backward":
+            q.requires_grad_(True)
+            return lambda: linear_attention(q, k, v, feature_map=elu_plus_one, causal=True,
+                                            chunk_size=c).sum().backward()
+        if case == "exponential":
+            return lambda: linear_attention(q, k, v, feature_map=EfficientPair(), causal=True, chunk_size=c)
+        if case == "retention":
+            return lambda: gated.retention(q, k, v, 0.9, chunk_size=c, initial_state=rand(1, 2, 3, 3, seed=4))
+        if case == "mamba2-gate":
+            g = -rand(1, 2, nc * c, seed=5).abs()
+            return lambda: gated.gla(q, k, v, g, chunk_size=c)
+        return lambda: chunk_states(rand(1, 2, nc, 3, 4, seed=6), -rand(1, 2, nc, seed=7).abs())
+
+    assert _count_ops(run(4)) == _count_ops(run(64))
