@@ -28,9 +28,8 @@ def _linformer_layout_check(ours):
 def linformer_to_peer(ours):
     """A `linformer.LinformerSelfAttention` (0.2.3) holding the weights of our `LinformerSelfAttention`.
 
-    Mapping: to_q/to_k/to_v/to_out copy by name; their proj_k, proj_v are (seq_len, k) and applied as
-    einsum("bnd,nk->bkd"), so proj_k = Eᵀ, proj_v = Fᵀ. sharing "kv"/"layerwise" maps to share_kv=True, which
-    in the peer also makes the values equal the keys (no to_v): ours must then have to_v.weight == to_k.weight.
+    sharing "kv"/"layerwise" maps to share_kv=True, which in the peer also makes the values equal the keys
+    (no to_v): ours must then have to_v.weight == to_k.weight.
     Same dtype and device as ours. Their dropout acts on the attention probabilities, ours on the block's
     output; compare in eval mode or with dropout=0. The peer has no mask and no causal flag.
     """
@@ -87,8 +86,9 @@ def linformer_from_peer(peer, **kwargs):
 def linformer_grads_in_peer_layout(ours):
     """Our parameters' .grad rearranged as the peer's parameters: {peer name: tensor}.
 
-    proj_k = E.grad ᵀ, proj_v = F.grad ᵀ; under share_kv the peer's to_k serves as keys and values, so its
-    gradient is the sum of our to_k and to_v gradients (ours are two tied-at-start copies).
+    E.grad and F.grad go to proj_k and proj_v in the peer's layout; under share_kv the peer's to_k serves as
+    keys and values, so its gradient is the sum of our to_k and to_v gradients (ours are two tied-at-start
+    copies).
     """
     shared = ours.sharing in ("kv", "layerwise")
     grads = {"to_q.weight": ours.to_q.weight.grad, "to_out.weight": ours.to_out.weight.grad,
@@ -166,8 +166,7 @@ def lat_self_attention_from_ours(ours, *, causal=False):
     ours: minilin.efficient.EfficientSelfAttention (bias=False; theirs has no q/k/v bias). Their causal flag
     is fixed at construction, ours is a forward argument: pass the one you will call ours with; ours'
     bucket_size becomes their blindspot_size. Only global heads (n_local_attn_heads=0): their local heads are
-    windowed exact attention, a different kernel. Non-causal, their output before to_out is ours times D^-1/2,
-    so their to_out weight is ours times √D (the bias is copied as is).
+    windowed exact attention, a different kernel.
     Use: lat(x, input_mask=mask) == ours(x, mask=mask, causal=causal).
     """
     import torch
@@ -193,7 +192,7 @@ def ours_from_lat_self_attention(lat):
     """Our EfficientSelfAttention with the weights of a linear_attention_transformer 0.19.1 `SelfAttention`.
 
     Returns (ours, causal): call ours(x, mask=input_mask, causal=causal) to get lat(x, input_mask=input_mask).
-    Inverse of `lat_self_attention_from_ours` (to_out weight divided by √D when non-causal).
+    Inverse of `lat_self_attention_from_ours`.
     """
     import torch
 
@@ -303,9 +302,8 @@ def lat_param_pairs(ours, lat, *, causal):
 
     ours/lat: EfficientSelfAttention / linear_attention_transformer 0.19.1 SelfAttention, or the ModuleList of
     minilin.model.Block returned by `blocks_from_lat_transformer` / their LinearAttentionTransformer.
-    `map` turns their parameter (or its gradient) into ours: identity, a transpose (E = proj_kᵀ), or, for
-    to_out.weight when non-causal, a division by √D. Gradients follow the inverse of the value map (our
-    weight is theirs / √D, so our gradient is theirs · √D): use `grad_map` for gradients.
+    `map` turns their parameter into ours: identity, a rearrangement or a rescaling. Gradients follow the
+    inverse of the value map: use `grad_map` for gradients.
     """
     import torch.nn as nn
     from linear_attention_transformer.linear_attention_transformer import SelfAttention
