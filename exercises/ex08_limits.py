@@ -21,8 +21,8 @@ def linformer_effective_map(q, k, E, F, mask=None):
     the map each query applies to the M values; its rank is at most k. Use only the first M columns of E and F.
     With a mask, Linformer zeroes padded keys and values before projecting them (notebook 03, section 2): a padded
     key joins no slot, and the map's column of a padded position is 0 (its value joins no slot).
-    Revisits notebook 08, sections 5 and 6 (the map of a trained Linformer), for per-head projections, sequences shorter
-    than seq_len and padding as well.
+    Extends notebook 08, section 3 (the map A F whose rank is at most k, which no cell computes), to per-head
+    projections, sequences shorter than seq_len and padding.
 
     Hint 1 (nudge): the softmax is taken over the k projected slots, not over the M positions; the projection F
         then spreads each slot's weight back over the positions.
@@ -42,8 +42,7 @@ def state_readout(k, v, q):
     k: (B, H, p, D) keys, v: (B, H, p, Dv) values, q: (B, H, Q, D) queries  ->  (B, H, Q, Dv)
     Linear attention without its normaliser keeps one (D, Dv) state per head, S = Σ_i k_i v_iᵀ, whatever p is;
     a query q reads out q S. Return the readout of every query.
-    Extends notebook 08, sections 1, 2 and 8 (a sharp lookup; one fixed budget; associative recall trained end to
-    end) to a state built by hand for minilin.data.AssociativeRecall's kind of task: no notebook cell builds such a
+    Extends notebook 08, section 6 (associative recall trained end to end) to a state built by hand for minilin.data.AssociativeRecall's kind of task: no notebook cell builds such a
     state by hand.
 
     Hint 1 (nudge): the state does not grow with p: it is a sum of outer products, one per pair.
@@ -63,7 +62,7 @@ def recall_accuracy(k, v):
     nearest (Euclidean distance) to the readout k_i S is v_i itself. Return the recalled fraction per head.
     With orthonormal keys and p <= D every pair comes back exactly; past p = D the keys cannot be orthogonal,
     the crosstalk Σ_{j≠i} (k_i · k_j) v_j grows, and the accuracy falls.
-    Extends notebook 08, sections 1, 2 and 8, as state_readout does.
+    Extends notebook 08, section 6, as state_readout does.
 
     Hint 1 (nudge): read the state with the keys themselves, then compare each readout with every stored value.
     Hint 2 (plan): the readouts (B, H, p, Dv); the distances from each readout to each value (B, H, p, p); the
@@ -82,9 +81,9 @@ def linformer_copy(v, positions, sharpness):
     so that, after the 1/√D scaling, query j scores s on projected slot j and 0 on every other slot, with slot j
     holding the key and the value of position positions[j]. Return the layer's output
     softmax(q (E k)ᵀ / √D) (F v) for these choices: row j then tends to v[positions[j]] as s grows.
-    Extends notebook 08, sections 1, 2 and 5: the copy that needs full rank is within reach of a Linformer whose
-    slots are the positions to copy. The notebook starts E = F at the first k positions and swaps in A = I by hand;
-    no cell chooses the keys and queries that make a layer copy positions of your choice.
+    Extends notebook 08, section 5: the copy that needs full rank is within reach of a Linformer whose slots are
+    the positions to copy. The notebook starts E = F at the first k positions and trains from there; no cell
+    chooses the keys and queries that make a layer copy positions of your choice.
 
     Hint 1 (nudge): what must a projection matrix look like for its product with the values to be just some rows
         of the values, in a chosen order? And which keys and queries give a score table that is s times the
@@ -96,3 +95,26 @@ def linformer_copy(v, positions, sharpness):
         i-th unit vector, and query j the j-th unit vector times s·√D, so that (q (E k)ᵀ)[j, i] / √D = s·δ_ij.
     """
     raise NotImplementedError("Task 8.3")
+
+
+def pairs_held(k, v, threshold=0.9):
+    """Task 8.4 (predict, then measure): how many pairs does a state of dimension D hold?
+
+    k: (P, D) keys, v: (P, Dv) values (one head, no batch), threshold: a float in (0, 1]  ->  a Python int
+    Store the first p pairs in one state S_p = Σ_{i<p} k_i v_iᵀ (Task 8.2's state, without batch and heads) and
+    read it with each of those p keys; a pair is recalled when the stored value nearest (Euclidean) to its readout
+    is its own. Return the largest p such that every prefix 1, 2, ..., p recalls at least `threshold` of its
+    pairs (0 when even p = 1 falls short).
+    Measures notebook 08's section 6 finding, a fixed state that stops recalling as the pairs grow, on a state you
+    choose. Before you run it, predict: for random unit keys of dimension D = 16 and Gaussian values of dimension
+    16, at threshold 0.9, is the answer below D, about D, or well above it? Then measure it with
+    torch.nn.functional.normalize(torch.randn(64, 16), dim=-1) as keys and torch.randn(64, 16) as values.
+
+    Hint 1 (nudge): grow the number of pairs one at a time, and stop at the first prefix that falls short.
+    Hint 2 (plan): for p = 1, 2, ...: build the state from the first p keys and values, read it with those keys,
+        find each readout's nearest stored value among the first p, and compare the recalled share with the
+        threshold; keep the last p that passed.
+    Hint 3 (formula): held = max{p : for every p' <= p, (1/p') Σ_{i<p'} [argmin_j ‖k_i S_{p'} - v_j‖ = i]
+        >= threshold}, with S_{p'} = Σ_{i<p'} k_i v_iᵀ and j running over the first p' pairs.
+    """
+    raise NotImplementedError("Task 8.4")

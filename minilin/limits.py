@@ -39,6 +39,7 @@ class Contender:
     causal: bool = False                # the copy is posed bidirectionally; on recall all but Linformer are causal
     grid: tuple = tuple((lr, 1.0) for lr in LRS)   # (lr, ef_lr_scale) points
     shape: tuple = ()                   # (field, value) pairs that replace MODEL's, e.g. (("dim_head", 8),)
+    mix: str = "scores"                 # or "uniform": every attention layer averages the values (no scores)
 
     def model_config(self, n, seed):
         extra = {k: v for k, v in (("proj_len", self.proj_len), ("nb_features", self.nb_features)) if v}
@@ -47,8 +48,9 @@ class Contender:
                         **{**MODEL, **dict(self.shape)}, **extra)
 
 
-def copy_task():
-    return SpanCopy(seq_len=COPY["n"], span_len=COPY["span"], alphabet=COPY["alphabet"])
+def copy_task(span=None):
+    """The copy probe at COPY's sizes; `span` (default COPY's 63) replaces the span S."""
+    return SpanCopy(seq_len=COPY["n"], span_len=COPY["span"] if span is None else span, alphabet=COPY["alphabet"])
 
 
 def recall_task(pairs):
@@ -75,6 +77,80 @@ def recall_contenders(k=8, m=64):
             Contender(f"Linformer k={k}", "linformer", proj_len=k),   # E/F lr x10 was never the copy's best point
             Contender(f"Performer m={m}", "performer", nb_features=m, causal=True),
             Contender("elu+1", "linear", causal=True)]
+
+
+EXACT_LEARNED = Contender("exact, learned positions", shape=(("positions", "learned"),),
+                          grid=((1e-3, 1.0), *((lr, 1.0) for lr in LRS)))
+EXACT_DEEP = Contender("exact, 2 layers", shape=(("depth", 2),), grid=((1e-3, 1.0), *((lr, 1.0) for lr in LRS)))
+SWEEP = dict(proj_len=16, spans=(8, 16, 32, 63), lr=3e-3)   # the rank sweep: one k, one recipe, four spans
+
+
+def sweep_contenders(k=SWEEP["proj_len"], lr=SWEEP["lr"]):
+    """The rank sweep's two Linformers (fan_in and selection start), one grid point each: the same recipe at every span."""
+    return [Contender(f"Linformer k={k}", "linformer", proj_len=k, grid=((lr, 1.0),)),
+            Contender(f"Linformer k={k}, selection init", "linformer", proj_len=k, init="selection", grid=((lr, 1.0),))]
+
+
+def edge_points():
+    """One more learning rate beyond the edge of the copy grid, where a best point sat on it: 1e-3 for the fan_in
+    Linformers (best at 3e-3, the grid's lower end), 3e-2 for the selection start at k = 32 and Performer m = 256
+    (best at 1e-2, its upper end)."""
+    by_name = {c.name: c for c in copy_contenders()}
+    out = [replace(by_name[f"Linformer k={k}"], grid=((1e-3, 1.0),)) for k in (16, 32, 48, 64)]
+    out += [replace(by_name[name], grid=((3e-2, 1.0),)) for name in ("Linformer k=32, selection init", "Performer m=256")]
+    return out
+
+
+class ScatteredRecall(AssociativeRecall):
+    """AssociativeRecall with the pairs at random distinct positions among the first seq_len - Q (filler between)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if not self.fused:
+            raise ValueError("ScatteredRecall places fused pairs (one token each); use fused=True")
+        self.name = self.name.replace("recall(", "recall-scattered(")
+
+    def batch(self, split, batch_size, *, generator, device="cpu"):
+        x, y = super().batch(split, batch_size, generator=generator)
+        P, room = self.n_pairs, self.seq_len - self.n_queries
+        where = torch.rand(batch_size, room, generator=generator).argsort(dim=1)[:, :P]   # (B, P) distinct
+        pairs = x[:, :P].clone()
+        x[:, :P] = x[:, P:P + 1]                               # filler
+        x.scatter_(1, where, pairs)
+        return x.to(device), y.to(device)
+
+
+RECALL_HARD = dict(n=64, pairs=(8, 32), queries=16, keys=32, values=4, batch=16, steps=2000, eval_every=250)
+
+
+def scattered_recall_task(pairs):
+    return ScatteredRecall(seq_len=RECALL_HARD["n"], n_pairs=pairs, n_queries=RECALL_HARD["queries"],
+                           n_keys=RECALL_HARD["keys"], n_values=RECALL_HARD["values"])
+
+
+def scattered_recall_contenders(dim_head=8, k=8, lr=3e-3):
+    """Recall with a small state: heads of 8 dimensions (elu+1 holds an 8 x 8 state per head, Linformer 8 slots),
+    exact attention (a cache of every token) and uniform attention (no scores: the mean of the values so far)."""
+    shape, grid = (("dim_head", dim_head),), ((lr, 1.0),)
+    return [Contender("exact, d_h=8", causal=True, shape=shape, grid=grid),
+            Contender("uniform, d_h=8", causal=True, shape=shape, grid=grid, mix="uniform"),
+            Contender("elu+1, d_h=8", "linear", causal=True, shape=shape, grid=grid),
+            Contender(f"Linformer k={k}, d_h=8", "linformer", proj_len=k, shape=shape, grid=grid)]
+
+
+def uniform_mix(q, k, v, *, mask=None, causal=False):
+    """A mixing step with no scores: each query gets the mean of the values it may see (all, or the causal prefix)."""
+    if causal:
+        count = torch.arange(1, v.shape[-2] + 1, device=v.device, dtype=v.dtype)[:, None]   # (N, 1)
+        return v.cumsum(-2) / count
+    return v.mean(-2, keepdim=True).expand_as(v)
+
+
+def ef_drift(model, start):
+    """Relative Frobenius change ||P - P0|| / ||P0|| of every Linformer E and F from `start` (their values at step 0)."""
+    now = [p for block in model.blocks for p in (getattr(block.attn, "E", None), getattr(block.attn, "F", None))
+           if isinstance(p, torch.nn.Parameter)]
+    return [float((p.detach().cpu() - p0).norm() / p0.norm()) for p, p0 in zip(now, start)]
 
 
 def selection_init_(model, *, generator, noise=SELECTION_NOISE):
@@ -110,7 +186,19 @@ def run(contender, task, sizes, *, lr, ef_lr_scale=1.0, seed=0, device="cpu"):
         model = selection_init_(TinyLM(cfg.model), generator=torch.Generator().manual_seed(seed))
     elif contender.init != "default":
         raise ValueError(f"unknown init {contender.init!r}: 'default' or 'selection'")
-    return train(replace(cfg), data=task, model=model, progress=False)
+    if contender.mix == "uniform":
+        if model is None:
+            torch.manual_seed(seed)
+            model = TinyLM(cfg.model)
+        for block in model.blocks:
+            block.attn.mix = uniform_mix   # an instance attribute shadows the layer's own mixing step
+    elif contender.mix != "scores":
+        raise ValueError(f"unknown mix {contender.mix!r}: 'scores' or 'uniform'")
+    start = [p.detach().clone() for block in (model.blocks if model is not None else [])
+             for p in (getattr(block.attn, "E", None), getattr(block.attn, "F", None)) if isinstance(p, torch.nn.Parameter)]
+    history = train(replace(cfg), data=task, model=model, progress=False)
+    history.ef_start = start       # E, F at step 0 of a selection start (for ef_drift); [] otherwise
+    return history
 
 
 def curve_rows(history, contender, task_name, *, lr, ef_lr_scale, seed):

@@ -38,3 +38,14 @@ def linformer_copy(v, positions, sharpness):
     keys[:, :, index, torch.arange(n_slots)] = 1.0  # the key at positions[i] is the unit vector e_i
     queries = sharpness * math.sqrt(n_slots) * torch.eye(n_slots, dtype=v.dtype).expand(B, H, n_slots, n_slots)
     return softmax_attention(queries, select @ keys, select @ v)  # scores sharpness · δ_ij over the k slots
+
+
+def pairs_held(k, v, threshold=0.9):
+    held = 0
+    for p in range(1, k.shape[0] + 1):
+        state = k[:p].T @ v[:p]  # (D, Dv): the first p pairs in one fixed-size state
+        nearest = torch.cdist(k[:p] @ state, v[:p]).argmin(dim=-1)  # (p,): the value each key reads back
+        if (nearest == torch.arange(p)).to(k.dtype).mean() < threshold:
+            break
+        held = p
+    return held

@@ -2,6 +2,9 @@
 
     python tests/limits_runs.py copy                      # every copy contender x grid x seed (about 50 CPU-minutes)
     python tests/limits_runs.py recall                    # associative recall at each number of pairs
+    python tests/limits_runs.py copy-fixes                # exact with learned positions; selection drift; k=16 over spans
+    python tests/limits_runs.py copy-edges                # one more lr where a copy best point sat on the grid's edge
+    python tests/limits_runs.py recall-scattered          # recall, pairs at random places, small state, uniform baseline
     python tests/limits_runs.py recall-gated              # notebook 09: retention, GLA, DeltaNet, Gated DeltaNet
     python tests/limits_runs.py recall-small              # notebook 09: every recall model with heads of 8 dims
     python tests/limits_runs.py recall-low-lr             # notebook 09: its recall models at lr 1e-3 too
@@ -42,6 +45,28 @@ def runs(task_name):
         task = limits.copy_task()
         return [(task, limits.COPY, c, lr, ef, seed) for seed in SEEDS for c in limits.copy_contenders()
                 for lr, ef in c.grid]
+    if task_name == "copy-fixes":
+        task = limits.copy_task()
+        out = [(task, limits.COPY, c, lr, ef, seed) for c in (limits.EXACT_LEARNED, limits.EXACT_DEEP)
+               for lr, ef in c.grid for seed in SEEDS]
+        sel = next(c for c in limits.copy_contenders() if c.name == "Linformer k=64, selection init")
+        out += [(task, limits.COPY, sel, lr, ef, seed) for lr, ef in sel.grid for seed in SEEDS]
+        for span in limits.SWEEP["spans"]:
+            if span != limits.COPY["span"]:   # the full-rank reference at every span of the sweep, at the sweep's lr
+                out += [(limits.copy_task(span), limits.COPY, limits.EXACT_DEEP, limits.SWEEP["lr"], 1.0, seed)
+                        for seed in SEEDS]
+            for c in limits.sweep_contenders():
+                if span == limits.COPY["span"] and c.init == "default":
+                    continue        # the same computation as limits_copy.csv's Linformer k=16 at lr 3e-3
+                out += [(limits.copy_task(span), limits.COPY, c, lr, ef, seed) for lr, ef in c.grid for seed in SEEDS]
+        return out
+    if task_name == "copy-edges":
+        task = limits.copy_task()
+        return [(task, limits.COPY, c, lr, ef, seed) for c in limits.edge_points() for lr, ef in c.grid for seed in SEEDS]
+    if task_name == "recall-scattered":
+        return [(limits.scattered_recall_task(p), limits.RECALL_HARD, c, lr, ef, seed)
+                for p in limits.RECALL_HARD["pairs"] for c in limits.scattered_recall_contenders()
+                for lr, ef in c.grid for seed in SEEDS]
     out = []
     contenders = {"recall-gated": limits.gated_recall_contenders,
                   "recall-small": limits.small_state_recall_contenders,
@@ -90,7 +115,7 @@ def main(argv=None):
         print(f"{out}: {len(body)} rows from {len(parts)} parts")
         return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("task", choices=("copy", "recall", "recall-gated", "recall-small", "recall-low-lr"))
+    parser.add_argument("task", choices=("copy", "copy-fixes", "copy-edges", "recall-scattered", "recall", "recall-gated", "recall-small", "recall-low-lr"))
     parser.add_argument("--shard", default="0/1", help="i/n: run every n-th run starting at i")
     parser.add_argument("--out", type=Path)
     parser.add_argument("--models", help="only these runs: 'name' or 'name@lr', separated by '|'")
@@ -102,7 +127,7 @@ def main(argv=None):
     if args.models:
         wanted = args.models.split("|")
         todo = [r for r in todo if r[2].name in wanted or f"{r[2].name}@{r[3]:g}" in wanted]
-    sizes = limits.COPY if args.task == "copy" else limits.RECALL
+    sizes = {"recall-scattered": limits.RECALL_HARD}.get(args.task, limits.COPY if "copy" in args.task else limits.RECALL)
     write_header(out, [f"command: python tests/limits_runs.py {' '.join(shlex.quote(a) for a in argv)}",
                        f"machine: {machine_line()}", f"date: {time.strftime('%Y-%m-%d %H:%M:%S %z')}",
                        f"sizes: {sizes}; model {limits.MODEL}; seeds {SEEDS}; runs {len(todo)}"])
@@ -112,6 +137,10 @@ def main(argv=None):
         rows = limits.curve_rows(h, c, task.name, lr=lr, ef_lr_scale=ef, seed=seed)
         for row in rows:
             row["measure"] = "val_acc"
+        if c.init == "selection":
+            last = dict(rows[-1])
+            rows += [{**last, "measure": f"drift_{name}", "val_acc": round(d, 4)}
+                     for name, d in zip("EF", limits.ef_drift(h.model, h.ef_start))]
         if args.task == "copy" and c.name == "exact":
             last = dict(rows[-1])
             rows += [{**last, "measure": "rank_cut", "r": r, "val_acc": round(limits.score(h.model, task,
@@ -119,7 +148,7 @@ def main(argv=None):
             rows += [{**last, "measure": "selection_oracle", "r": k, "val_acc": round(limits.score(h.model, task,
                       mix=limits.selection_oracle(k)), 4)} for k in ORACLE_KS]
             rows.append({**last, "measure": "score", "val_acc": round(limits.score(h.model, task), 4)})
-        if args.task == "copy" and c.init == "selection" and c.proj_len >= task.span_len and c.grid[0][1] > 0:
+        if "copy" in args.task and c.init == "selection" and c.proj_len >= task.span_len and c.grid[0][1] > 0:
             attn, last = h.model.blocks[0].attn, dict(rows[-1])
             rows += [{**last, "measure": "rank_cut", "r": r, "val_acc": round(limits.score(h.model, task,
                       mix=limits.rank_cut(r, attn)), 4)} for r in RANKS]
@@ -128,6 +157,7 @@ def main(argv=None):
             rows.append({**last, "measure": "score", "val_acc": round(limits.score(h.model, task), 4)})
         append(out, rows)
         print(f"{task.name:32s} {c.name:34s} lr {lr:g} ef {ef:g} seed {seed}: acc {h.val_acc[-1]:.3f} "
+              f"{'drift ' + str([round(d, 3) for d in limits.ef_drift(h.model, h.ef_start)]) if h.ef_start else ''} "
               f"({time.perf_counter() - t0:.0f} s)", flush=True)
 
 

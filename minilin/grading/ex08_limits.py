@@ -1,8 +1,9 @@
-"""Checks for exercises/ex08_limits.py (Tasks 8.1-8.3), against minilin.attention and linformer and loop references.
+"""Checks for exercises/ex08_limits.py (Tasks 8.1-8.4), against minilin.attention and linformer and loop references.
 
-Task 8.1 rebuilds notebook 08's effective Linformer map A F; 8.2 (associative recall from a fixed-size
+Task 8.1 builds the effective Linformer map A F (the notebook states its rank bound, no cell computes it); 8.2 (associative recall from a fixed-size
 linear-attention state, exact for orthonormal keys and failing past p = D) and 8.3 (a selection E = F with which
-Linformer copies chosen positions) are extend tasks: the chapter's idea on a case no notebook cell solves.
+Linformer copies chosen positions) are extend tasks: the chapter's idea on a case no notebook cell solves; 8.4
+measures how many pairs a state of dimension D holds (predict, then measure: section 6's finding on a hand-built state).
 """
 import itertools
 import math
@@ -10,7 +11,7 @@ import math
 import torch
 
 from minilin.attention import attention_matrix
-from minilin.grading.checks import Chapter, check, close, expect, expect_close, kind, rand
+from minilin.grading.checks import Chapter, check, close, equal, expect, expect_close, kind, rand
 from minilin.linformer import linformer_attention
 
 CHAPTER = Chapter(8, "ex08_limits", "where low rank fails", allowed=("minilin.attention.softmax_attention",))
@@ -152,3 +153,37 @@ def linformer_copy(f):
     positions = [7, 0, 3, 5, 1]
     yield close(f(v, positions, 40.0), v[:, :, positions], atol=1e-12,
                 what="v at the selected positions (sharpness 40: the copy is exact to round-off)")
+
+
+def held_loop(k, v, threshold):
+    """The largest p whose every prefix recalls at least `threshold` of its pairs, one pair and prefix at a time."""
+    held = 0
+    for p in range(1, k.shape[0] + 1):
+        hits = 0
+        for i in range(p):
+            readout = sum(float(k[i] @ k[j]) * v[j] for j in range(p))
+            dist = [float((readout - v[j]).norm()) for j in range(p)]
+            hits += min(range(p), key=dist.__getitem__) == i
+        if hits / p < threshold:
+            break
+        held = p
+    return held
+
+
+@CHAPTER.task("8.4", "pairs_held")
+def pairs_held(f):
+    """predict, then measure: how many pairs a state of dimension D gives back"""
+    # orthonormal keys first: every prefix up to D is exact, so the answer is at least D
+    d = 4
+    keys = torch.cat([torch.linalg.qr(rand(d, d, seed=150))[0].T, unit_keys(1, 1, 8, d, 151)[0, 0]])
+    values = rand(12, 3, seed=152)
+    yield equal(f(keys, values, 0.9), held_loop(keys, values, 0.9),
+                what="the largest p by a loop (4 orthonormal keys, then 8 random unit keys, D = 4, threshold 0.9)")
+    for seed, (p, d, dv, threshold) in enumerate(((20, 4, 4, 0.9), (24, 8, 6, 0.75), (30, 6, 6, 1.0), (16, 3, 5, 0.5))):
+        keys, values = unit_keys(1, 1, p, d, 160 + seed)[0, 0], rand(p, dv, seed=170 + seed)
+        yield equal(f(keys, values, threshold), held_loop(keys, values, threshold),
+                    what=f"the largest p by a loop (random unit keys, P = {p}, D = {d}, Dv = {dv}, threshold {threshold})")
+    # a first pair that cannot be recalled: two pairs with the same key and different values never pass at p = 2
+    keys, values = unit_keys(1, 1, 1, 5, 180)[0, 0].repeat(6, 1), rand(6, 2, seed=181)
+    yield equal(f(keys, values, 0.9), held_loop(keys, values, 0.9),
+                what="the largest p by a loop (one key repeated: only p = 1 can pass)")

@@ -67,6 +67,15 @@ MUTANTS = {
                        "def key_block_attention(q, k, v, block):\n"
                        "    s = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])\n"
                        "    return torch.softmax(s, -1) @ v, torch.logsumexp(s, -1)\n"),
+    # 6.4: right numbers, one block at a time, but every block's scores kept alive in a list until the end
+    "6.4 keeps all blocks": ("key_block_attention", "import math, torch\n"
+                             "def key_block_attention(q, k, v, block):\n"
+                             "    kept = [q @ k[..., s:s + block, :].transpose(-2, -1) / math.sqrt(q.shape[-1])\n"
+                             "            for s in range(0, k.shape[-2], block)]\n"
+                             "    lse = torch.logsumexp(torch.stack([torch.logsumexp(s, -1) for s in kept]), 0)\n"
+                             "    out = sum(torch.exp(s - lse[..., None]) @ v[..., i * block:(i + 1) * block, :]\n"
+                             "              for i, s in enumerate(kept))\n"
+                             "    return out, lse\n"),
     # 6.5: "a causal kernel does half the work", whatever its blocks
     "6.5 half": ("causal_block_work", "def causal_block_work(n, q_block, kv_block):\n"
                  "    return 0.5\n"),
@@ -139,6 +148,35 @@ MUTANTS = {
     # 8.3: a hard copy, ignoring the softmax's weight on the other slots
     "8.3 hard copy": ("linformer_copy", "def linformer_copy(v, positions, sharpness):\n"
                                         "    return v[:, :, list(positions)]\n"),
+    # 8.4: the largest p that passes, even after a smaller prefix failed (the prefixes not all checked)
+    "8.4 any prefix": ("pairs_held", "import torch\n"
+                 "def pairs_held(k, v, threshold=0.9):\n"
+                 "    best = 0\n"
+                 "    for p in range(1, k.shape[0] + 1):\n"
+                 "        n = torch.cdist(k[:p] @ (k[:p].T @ v[:p]), v[:p]).argmin(-1)\n"
+                 "        if (n == torch.arange(p)).double().mean() >= threshold:\n"
+                 "            best = p\n"
+                 "    return best\n"),
+    # 8.4: the nearest value sought among all P values, not among the p stored ones
+    "8.4 all values": ("pairs_held", "import torch\n"
+                 "def pairs_held(k, v, threshold=0.9):\n"
+                 "    held = 0\n"
+                 "    for p in range(1, k.shape[0] + 1):\n"
+                 "        n = torch.cdist(k[:p] @ (k[:p].T @ v[:p]), v).argmin(-1)\n"
+                 "        if (n == torch.arange(p)).double().mean() < threshold:\n"
+                 "            break\n"
+                 "        held = p\n"
+                 "    return held\n"),
+    # 8.4: recall judged by the largest dot product with the stored values, not the nearest value
+    "8.4 dot product": ("pairs_held", "import torch\n"
+                 "def pairs_held(k, v, threshold=0.9):\n"
+                 "    held = 0\n"
+                 "    for p in range(1, k.shape[0] + 1):\n"
+                 "        n = (k[:p] @ (k[:p].T @ v[:p]) @ v[:p].T).argmax(-1)\n"
+                 "        if (n == torch.arange(p)).double().mean() < threshold:\n"
+                 "            break\n"
+                 "        held = p\n"
+                 "    return held\n"),
 }
 
 
