@@ -2,12 +2,12 @@
 
 Implement each function, then grade yourself:  python -m minilin grade --chapter 6
 Tasks 6.1-6.3 and 6.5 are formulas: each returns a number computed from sizes alone, and the grader compares it with
-what minilin.bench's meters count when minilin's own code runs on the meta device (notebook 06, section 3).
+what minilin.bench's meters count when minilin's own code runs on the meta device (notebook 06, section 4).
 Task 6.4 computes attention itself (torch only). Sizes: batch B, heads H, N queries, M (or n) keys and values, head
 dimension D, value dimension Dv, `itemsize` bytes per number (8 for float64, 4 for float32, 2 for bfloat16).
 Do not call minilin here.
 
-Each task has three hints, from a nudge to the formula. Read one, try, and read the next only if you are stuck.
+Each task has three hints, from a nudge to the formula in words. Read one, try, and read the next only if you are stuck.
 """
 
 
@@ -15,15 +15,15 @@ def exact_saved_bytes(B, H, N, M, D, Dv, itemsize):
     """Task 6.1: the bytes autograd keeps for the backward pass of exact attention, softmax(q kᵀ / √D) v.
 
     q: (B, H, N, D), k: (B, H, M, D), v: (B, H, M, Dv), no mask, not causal  ->  an int (bytes).
-    Revisits notebook 06, sections 2-3, which derived this count for N = M and D = Dv in float32; here queries and
-    keys may differ in number, values in width, and the dtype in size. Storages are counted once each.
+    Notebook 06 (section 2, Appendix H) listed what exact attention saves for N = M and D = Dv in float32; here
+    queries and keys may differ in number, values in width, and the dtype in size. Storages are counted once each.
 
     Hint 1 (nudge): list what each of the two products and the softmax needs to compute its gradient, and count
         each tensor once even if two operations keep it.
-    Hint 2 (plan): one tensor grows with N times M; the others are the inputs themselves. Add their numbers of
-        entries, then multiply by the bytes per number.
-    Hint 3 (formula): the number of entries is, for every batch element and head, one probability per
-        query-key pair plus every entry of q, of k and of v; the bytes are that count times the bytes per number.
+    Hint 2 (plan): reread the listing of Appendix H: which saved tensor's shape involves the number of queries
+        and the number of keys together, and which are the inputs? Rewrite each listed shape with N, M, D and Dv.
+    Hint 3 (formula): in words, count the entries of each distinct saved tensor, add them, and turn entries into
+        bytes.
     """
     raise NotImplementedError("Task 6.1")
 
@@ -33,9 +33,9 @@ def linformer_saved_bytes(B, H, N, n, D, Dv, k, itemsize, shared):
 
     q: (B, H, N, D), K: (B, H, n, D), V: (B, H, n, Dv); E, F: fixed (k, n) projections shared by the heads (no
     gradient for them), used at their full length n; `shared` True means E and F are one and the same tensor
-    (Linformer's key-value sharing, notebook 03, section 6). Returns an int (bytes).
+    (Linformer's key-value sharing, notebook 03's appendix on sharing). Returns an int (bytes).
     Extends notebook 06, section 2 (what backward keeps) to Linformer, whose saved bytes the notebook does not
-    derive (section 8 only compares forward peaks and FLOPs); the grader measures minilin.linformer.
+    derive (its Appendix E only compares forward peaks); the grader measures minilin.linformer.
 
     Hint 1 (nudge): there are three matrix products now. For each, which factor is needed to get the gradient of
         the other factor, knowing that E and F need no gradient but K and V do?
@@ -54,18 +54,16 @@ def flop_crossover(method, dim_head, size=None):
     method: "performer" (FAVOR+, `size` = m random features), "linear" (elu+1, `size` unused) or "linformer"
     (`size` = k projected positions); dim_head: D  ->  an int n >= 2, self-attention (N = M = n), counted as
     FlopCounterMode counts them (matrix products only). Raise ValueError for any other method.
-    Extends notebook 06's appendices D and E, which derived each method's counted FLOPs but not where they cross
-    exact attention's; the grader checks your n with minilin.bench.model_case at n and at n - 1.
+    Uses which products each method computes (notebooks 03 and 04) and what FlopCounterMode counts (notebook 06,
+    section 4); the grader checks your n with minilin.bench.model_case at n and at n - 1.
 
     Hint 1 (nudge): per head, exact attention counts a multiple of n², each linear method a multiple of n. Where is
         one below the other?
-    Hint 2 (plan): write each method's count per head as c · n (c from notebook 06: the projection and the two
-        products of FAVOR+, the two products of elu+1 with its ones column, Linformer's E K, F V and attention),
-        solve c · n < 4 n² D, and return the smallest integer that satisfies the strict inequality.
-    Hint 3 (formula): FAVOR+'s c holds the projection of q and of k onto m features plus two products with m
-        features and a value width of D + 1 (the ones column); elu+1's holds the two products with D features;
-        Linformer's holds the projections of K and V to k rows plus the two attention products with k keys. The
-        answer is the first integer strictly above c / (4 D): where c / (4 D) is whole, the counts are equal there.
+    Hint 2 (plan): list the matrix products of each method and the shapes of their factors (the linear
+        attentions append a column of ones to the values to get their normaliser), count each product's FLOPs,
+        and compare the per-head totals of the method and of exact attention as n grows.
+    Hint 3 (formula): in words, the comparison reduces to n against one number that depends on the method and
+        D; take care where the two counts are equal, since the task asks for strictly fewer.
     """
     raise NotImplementedError("Task 6.3")
 
@@ -78,8 +76,9 @@ def key_block_attention(q, k, v, block):
     softmax(q kᵀ / √D) v and lse is each query's log-sum-exp of its scores, log Σ_j exp(q·k_j / √D).
     Use torch only (not minilin, not F.scaled_dot_product_attention). The grader compares with
     minilin.attention.softmax_attention on fresh inputs (also with scores large enough to overflow exp), and
-    records the largest tensor your function makes: it must stay well below one (N, M) score matrix per head.
-    Practises notebook 06, section 3 (the online softmax) in another form: each block's own result, then a merge.
+    measures the bytes your function holds at once (every tensor it makes, until it is freed): with small blocks
+    they must stay below half of the (N, M) score matrices. Practises notebook 06, section 3 (the online softmax)
+    in another form: each block's own result, then a merge.
 
     Hint 1 (nudge): for one block of keys, ordinary attention gives a partial output and a log-sum-exp over that
         block's keys only. How would you combine two such partial results into the result over both blocks?
@@ -100,7 +99,7 @@ def causal_block_work(n, q_block, kv_block):
     ones may be shorter) and computes a whole (query block, key block) tile whenever at least one of its keys is
     visible to one of its queries (key index <= query index), masking inside it; tiles wholly above the diagonal are
     skipped.  ->  a float: the number of score entries it computes divided by n².
-    Notebook 06 (end of section 3) counted SDPA's CPU kernel, whose cost is set by its key blocks of 512; here both
+    Notebook 06 (end of section 4) counted SDPA's CPU kernel, whose cost is set by its key blocks of 512; here both
     block sizes are yours. Before you code it, predict on paper the share for n = 1024 with tiles of 256 x 512 and
     for tiles of 512 x 256, then let the grader measure: it runs such a blocked loop on meta tensors under
     FlopCounterMode and divides by the count of the full product.

@@ -13,6 +13,7 @@ import io
 import os
 import pickle
 import struct
+import weakref
 import zipfile
 
 import torch
@@ -150,17 +151,31 @@ class MatmulSpy(torch.overrides.TorchFunctionMode):
 
 class LargestOp(TorchDispatchMode):
     """Records the most elements of any tensor an operator produces while active (views and in-place results
-    included): an (N, M) score matrix built without a matrix product, by broadcasting, shows up here."""
+    included): an (N, M) score matrix built without a matrix product, by broadcasting, shows up here. Also the
+    peak of live bytes (`peak_bytes`): each new storage an operator returns, counted until it is freed, as
+    minilin.bench.LiveBytes counts them, so many small tensors kept alive at once show up too."""
 
     def __init__(self):
         super().__init__()
-        self.largest = 0
+        self.largest, self.live, self.current, self.peak_bytes = 0, {}, 0, 0
+
+    def _free(self, key):
+        self.current -= self.live.pop(key, 0)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
+        seen = {a.untyped_storage()._cdata for a in args if isinstance(a, torch.Tensor)}
         for t in (out if isinstance(out, (tuple, list)) else (out,)):
             if isinstance(t, torch.Tensor):
                 self.largest = max(self.largest, t.numel())
+                storage = t.untyped_storage()
+                key = storage._cdata
+                if key in seen or key in self.live:  # a view or an in-place result: no new memory
+                    continue
+                self.live[key] = storage.nbytes()
+                self.current += self.live[key]
+                self.peak_bytes = max(self.peak_bytes, self.current)
+                weakref.finalize(storage, self._free, key)
         return out
 
 
@@ -172,7 +187,8 @@ def _capture(call, fn, args, kwargs):
     if call.capture == "matmul_shapes":
         with MatmulSpy() as spy, LargestOp() as sizes:
             out = fn(*args, **kwargs)
-        return {"products": spy.products, "shape": tuple(getattr(out, "shape", ())), "largest": sizes.largest}
+        return {"products": spy.products, "shape": tuple(getattr(out, "shape", ())), "largest": sizes.largest,
+                "peak_bytes": sizes.peak_bytes}
     if call.capture.startswith("module:"):
         i = int(call.capture.split(":")[1])
         out = fn(*args, **kwargs)
