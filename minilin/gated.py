@@ -280,9 +280,8 @@ def _scan(q, k, v, log_decay, beta, initial_state, chunk_size):
             state = (carry[:, :, i] @ state if beta is not None else carry[:, :, i] * state) + moves[:, :, i]
         s0 = torch.stack(before, dim=2)  # (B, H, nc, Dk, Dv): the state each chunk starts from
     else:  # a scalar decay per head and chunk (none, retention, a Mamba-2 gate): no Python loop over chunks
-        after = chunk_states(moves, None if no_decay else b_end[..., 0], state)  # (B, H, nc, Dk, Dv): the state after each chunk
-        s0 = torch.cat([state[:, :, None], after[:, :, :-1]], dim=2)  # the state each chunk starts from
-        state = after[:, :, -1]
+        s0, state = chunk_states(moves, None if no_decay else b_end[..., 0], state)  # s0 (B, H, nc, Dk, Dv):
+        # the state each chunk starts from; state: the final one
     if beta is not None:
         delta = u - w @ s0
     out = q_in @ s0 + _guarded(p, delta)  # (B, H, nc, c, Dv)

@@ -34,7 +34,6 @@ Non-finite inputs reach exactly the outputs that may see them (NaN out, never a 
 causal=True, outputs before a NaN/inf query or key are bit-identical to a run without it. A NaN *value* can
 still reach earlier outputs of its chunk through 0·NaN in a matrix product, as in scaled_dot_product_attention.
 """
-import math
 import warnings
 from dataclasses import dataclass
 
@@ -169,48 +168,60 @@ def chunk_states(writes, log_decay=None, initial_state=None):
 
     writes: (B, H, n, F, E), chunk t's contribution already on the scale of its end; log_decay: (B, H, n) ≤ 0
     (one scalar per head and chunk) or None (no decay: a cumulative sum); initial_state: (B, H, F, E) or None.
-    returns (B, H, n, F, E): the state after each chunk (the last one is the final state).
+    returns (before, final): before (B, H, n, F, E), the state each chunk starts from (S_{t−1}); final
+    (B, H, F, E), the state after the last chunk.
 
-    With a decay, a two-level scan: the chunks are grouped in blocks of s = ⌈√n⌉; inside a block the states
-    are one (s × s) matrix of factors exp(Σ log_decay) ≤ 1 times the writes, across blocks one (n/s × n/s)
-    matrix times the blocks' totals (every exponent ≤ 0: nothing overflows). Work O(n^1.5 · F·E), memory
-    O(n·(s + F·E)): never an (n × n × F × E) tensor, and a fixed number of operations whatever n.
-    A non-finite write reaches exactly the states at and after its chunk (NaN; 0·NaN in the matrix
-    products would otherwise reach earlier ones).
+    With a decay, a two-level scan: the chunks are grouped in blocks of s ≈ (2n)^(1/3); inside a block the
+    states are one (s × s) matrix of factors exp(Σ log_decay) ≤ 1 times the writes, across blocks one
+    (n/s × n/s) matrix times the blocks' totals (every exponent ≤ 0: nothing overflows). Work O(n^(4/3)·F·E),
+    memory O(n·(s + F·E)): never an (n × n × F × E) tensor, and a fixed number of operations whatever n.
+    A non-finite write reaches exactly the states after its chunk (NaN; 0·NaN in the matrix products would
+    otherwise reach earlier ones). Chunk t's state never depends on chunk t's own writes, not even by rounding.
     """
     B, H, n = writes.shape[:3]
-    if n == 0:
-        return writes.clone()
     flat = writes.reshape(B, H, n, -1)  # (B, H, n, X), X = F·E
     X = flat.shape[-1]
-    init = None if initial_state is None else initial_state.reshape(B, H, 1, X).to(flat.dtype)
+    start = flat.new_zeros(B, H, 1, X) if initial_state is None else \
+        initial_state.reshape(B, H, 1, X).to(flat.dtype)
+    if n == 0:
+        return writes.clone(), start.reshape(B, H, *writes.shape[3:])
     if log_decay is None:
         after = flat.cumsum(dim=2)  # sequential, as the loop it replaces
-        after = after if init is None else after + init
-        return after.view(writes.shape)
-    bad = ~torch.isfinite(flat)
-    guard = writes.device.type != "meta" and bool(bad.any())
+        after = after if initial_state is None else after + start
+        before = torch.cat([start, after[:, :, :-1]], dim=2)
+        return before.view(writes.shape), after[:, :, -1].reshape(B, H, *writes.shape[3:])
+    # one sum tells whether any write is non-finite (inf or NaN, or an overflow: then the guard is a no-op)
+    guard = writes.device.type != "meta" and not bool(torch.isfinite(flat.sum()))
     if guard:
+        bad = ~torch.isfinite(flat)
         flat = torch.where(bad, torch.zeros_like(flat), flat)
-    s = max(1, math.isqrt(n - 1) + 1) if n > 1 else 1
+    s = 1
+    while s ** 3 < 2 * n:  # s ≈ (2n)^(1/3) minimises the two levels' work n·s + (n/s)² per state entry
+        s += 1
     nb = -(-n // s)
     pad = nb * s - n
     la = log_decay.to(flat.dtype)
-    if pad:
+    if pad:  # padded chunks write nothing and keep the state (log decay 0)
         flat = torch.nn.functional.pad(flat, (0, 0, 0, pad))
         la = torch.nn.functional.pad(la, (0, pad))
     w, la = flat.view(B, H, nb, s, X), la.view(B, H, nb, s)
-    local = torch.exp(_segsum(la)) @ w  # (B, H, nb, s, X): states inside each block, from a zero start
-    into = torch.cat([la.new_zeros(B, H, 1), la.sum(-1)[:, :, :-1]], dim=2)  # (B, H, nb): the log decay
-    start = init if init is not None else flat.new_zeros(B, H, 1, X)  # of the block before, into block b
-    items = torch.cat([start, local[:, :, :-1, -1]], dim=2)  # (B, H, nb, X): what enters block b
+    seg = _segsum(la)  # (B, H, nb, s, s): [t, j] = Σ_{j < d ≤ t} la_d
+    strict = torch.cat([torch.full_like(seg[..., :1, :], float("-inf")), seg[..., :-1, :]], dim=-2)  # [t−1, j]
+    local = torch.exp(strict) @ w  # (B, H, nb, s, X): the state before each chunk of a block, from a zero start
+    total = torch.exp(seg[..., -1:, :]) @ w  # (B, H, nb, 1, X): a block's writes at its end
+    block_log = la.sum(-1)  # (B, H, nb): a block's total log decay
+    into = torch.cat([la.new_zeros(B, H, 1), block_log[:, :, :-1]], dim=2)  # the log decay into block b
+    items = torch.cat([start, total[:, :, :-1, 0]], dim=2)  # (B, H, nb, X): what enters block b
     enter = torch.exp(_segsum(into)) @ items  # (B, H, nb, X): the state entering each block
-    after = local + torch.exp(la.cumsum(-1))[..., None] * enter[:, :, :, None]  # (B, H, nb, s, X)
-    after = after.reshape(B, H, nb * s, X)[:, :, :n]
+    reach = torch.exp(la.cumsum(-1) - la)[..., None]  # (B, H, nb, s, 1): block start to chunk t's start, ≤ 1
+    before = torch.addcmul(local, reach, enter[:, :, :, None]).view(B, H, nb * s, X)[:, :, :n]
+    final = torch.addcmul(total[:, :, -1, 0], torch.exp(block_log[:, :, -1:]), enter[:, :, -1])  # (B, H, X)
     if guard:
-        reached = torch.cummax(bad.int(), dim=2).values.bool()
-        after = torch.where(reached, torch.full_like(after, float("nan")), after)
-    return after.reshape(writes.shape)
+        reached = torch.cummax(bad.int(), dim=2).values.bool()  # at and after a bad write
+        reached = torch.cat([torch.zeros_like(reached[:, :, :1]), reached[:, :, :-1]], dim=2)  # after it
+        before = torch.where(reached, torch.full_like(before, float("nan")), before)
+        final = torch.where(bad.any(dim=2), torch.full_like(final, float("nan")), final)
+    return before.reshape(writes.shape), final.reshape(B, H, *writes.shape[3:])
 
 
 def _scan(q, k, v1, log_decay, *, blind, pair=None, q_scale=None, k_scale=None):
@@ -231,10 +242,9 @@ def _scan(q, k, v1, log_decay, *, blind, pair=None, q_scale=None, k_scale=None):
     does not see its own chunk).
     """
     B, H, nc, c, Fq = k.shape
-    written = v1[:, :, :-1] if k_scale is None else v1[:, :, :-1] * k_scale[:, :, :-1]  # the last chunk's
-    chunk_kv = k[:, :, :-1].transpose(-2, -1) @ written  # (B, H, nc-1, F, Dv+1)    writes are never read
-    after = chunk_states(chunk_kv, None if log_decay is None else log_decay[:, :, :-1])
-    states = torch.cat([after.new_zeros(B, H, 1, Fq, v1.shape[-1]), after], dim=2)  # (B, H, nc, F, Dv+1)
+    written = v1 if k_scale is None else v1 * k_scale
+    chunk_kv = k.transpose(-2, -1) @ written  # (B, H, nc, F, Dv+1)
+    states, _ = chunk_states(chunk_kv, log_decay)  # (B, H, nc, F, Dv+1): the state before each chunk
     out = q @ states  # (B, H, nc, c, Dv+1): each chunk reads the state before its own update
     if q_scale is not None:
         out = out * q_scale

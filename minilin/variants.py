@@ -13,6 +13,10 @@ command, the benchmark, the plots, the shared tests and the notebooks.
     deltanet   the delta rule (DeltaNet), causal only               minilin.gated_attention.DeltaNetSelfAttention
     gated-deltanet  the delta rule with a decay, causal only
                                                                     minilin.gated_attention.GatedDeltaNetSelfAttention
+    triton-linear     linear, its causal scan a Triton kernel          minilin.kernels.TritonLinearSelfAttention
+    triton-retention  retention, its scan a Triton kernel              minilin.kernels.TritonRetentionSelfAttention
+                      (needs_gpu: fast only on a GPU; on a CPU the kernels run in Triton's interpreter
+                      with TRITON_INTERPRET=1, and the modules compute the same function in PyTorch otherwise)
 
 Adding a variant: its own file (the pure function, its loop reference, its module, its benchmark builder),
 one `Variant(...)` entry below naming them by dotted path, its own test file, and its docs. The benchmark
@@ -67,6 +71,7 @@ class Variant:
     peer: the library that implements the same variant (benchmarked as `peer-<name>`), or None.
     bench_default: the method names of this variant in the default sweep; None = derived from the flags
         (see minilin.bench.names.default_methods).
+    needs_gpu: its speed needs a GPU (the Triton variants): on a CPU it runs, but says nothing about speed.
     """
     name: str
     label: str
@@ -81,6 +86,7 @@ class Variant:
     peer: str = None
     peer_bench: object = None
     bench_default: tuple = None
+    needs_gpu: bool = False   # fast only on a GPU (Triton kernels; on a CPU interpreted or computed in PyTorch)
 
 
 def _linformer_options(config, layer):
@@ -130,6 +136,14 @@ VARIANTS = {v.name: v for v in (
     Variant("gated-deltanet", "Gated DeltaNet: the delta rule with a decay from the input (arXiv 2412.06464)",
             _GATED + "GatedDeltaNetSelfAttention", bench=_GATED + "gated_deltanet_fn", bidirectional=False,
             bench_default=()),
+    # Chapter 10's Triton scan (minilin.kernels): fast on a CUDA GPU; on a CPU the kernels run only in Triton's
+    # interpreter (TRITON_INTERPRET=1, for tests), and the modules compute the same function in PyTorch otherwise
+    Variant("triton-linear", "linear attention (elu(x)+1) through chapter 10's Triton scan",
+            "minilin.kernels.scan:TritonLinearSelfAttention", bench="minilin.kernels.scan:linear_bench_fn",
+            bidirectional=False, bench_default=(), needs_gpu=True),
+    Variant("triton-retention", "retention (RetNet) through chapter 10's Triton scan",
+            "minilin.kernels.scan:TritonRetentionSelfAttention", bench="minilin.kernels.scan:retention_bench_fn",
+            bidirectional=False, bench_default=(), needs_gpu=True),
 )}
 ATTENTIONS = tuple(VARIANTS)
 
