@@ -1,5 +1,6 @@
-"""Exercises for notebook 07: the pieces of a byte-level language model's training loop, and two decoding
-tasks the notebook does not solve (Tasks 7.7 and 7.8: use the idea on a new case).
+"""Exercises for notebook 07: the pieces of a byte-level language model's data, loss and training loop on cases the
+notebook does not solve, a prediction of its decoding finding on new sizes (Task 7.9), and two extend tasks on
+decoding (Tasks 7.7 and 7.8: use the idea on a new case).
 
 Implement each function, then grade yourself:  python -m minilin grade --chapter 7
 Conventions (see minilin/data.py): tokens are UTF-8 bytes (ids 0..255), MASK_ID = 256 marks a hidden
@@ -17,55 +18,42 @@ MASK_ID = 256
 IGNORE = -100
 
 
-def encode_bytes(text):
-    """Task 7.1 (a): text -> (N,) long tensor of its UTF-8 bytes.
+def truncate_utf8(ids, max_bytes):
+    """Task 7.1: the longest prefix of a UTF-8 byte sequence that fits in max_bytes and cuts no character.
 
-    Revisits notebook 07, section 1 ("Bytes are tokens").
-    "é" is two bytes (0xC3, 0xA9), so N is the number of UTF-8 bytes, not the number of characters.
-    The empty string gives an empty tensor, still of dtype long. The checks use ASCII, accented, CJK and emoji
-    text, and the empty string.
+    Uses notebook 07, section 1 ("Bytes are tokens") on a case it does not solve: the notebook shows that a cut in
+    the middle of a character decodes to U+FFFD; here you cut a text to a byte budget (a context window, a field of
+    fixed size) so that it never happens.
+    ids: (N,) long tensor of valid UTF-8 bytes, max_bytes: int >= 0  ->  (M,) long tensor, M <= max_bytes, a prefix
+    of ids that decodes without U+FFFD, as long as possible. If the whole text fits, return it all. The checks use
+    ASCII, accented, CJK and emoji text at every budget from 0 to past the end.
 
-    Hint 1 (nudge): a str holds characters, not bytes. Which str method gives its UTF-8 bytes, and what do you get
-        when you iterate over a bytes object?
-    Hint 2 (plan): text -> a bytes object of N bytes -> a Python list of N ints in 0..255 -> an (N,) tensor. Say
-        the dtype explicitly: a tensor built from an empty list would otherwise be float.
-    Hint 3 (formula): the ids are the UTF-8 bytes of the text, each an integer 0..255, in a 1-D long tensor.
+    Hint 1 (nudge): in UTF-8, how do you tell from one byte whether it starts a character or continues one? Look at
+        its two highest bits.
+    Hint 2 (plan): if everything fits, you are done. Otherwise look at the first byte you would drop: if it continues
+        a character, that character would be cut, so move the cut back until the first dropped byte starts a
+        character.
+    Hint 3 (formula): continuation bytes are the bytes b with b AND 0xC0 == 0x80 (binary 10xxxxxx); the cut c starts
+        at min(max_bytes, N) and moves down while c < N and byte c is a continuation byte; return the first c bytes.
     """
     raise NotImplementedError("Task 7.1")
 
 
-def decode_bytes(ids):
-    """Task 7.1 (b): (N,) ids in 0..255 -> text, the inverse of encode_bytes.
+def shift_with_documents(window, eos):
+    """Task 7.2: next-byte inputs and targets for a window that holds several documents.
 
-    Revisits notebook 07, section 1 ("Bytes are tokens").
-    Sampled bytes need not be valid UTF-8 (a model can emit half a character): decode with
-    errors="replace" so that invalid sequences become U+FFFD instead of raising. The checks include a text
-    cut in the middle of a multi-byte character.
+    Uses notebook 07, section 2 ("Batches and the shift") on a case it does not solve: packed training data puts
+    documents one after another, each ended by an `eos` byte. The byte after an `eos` starts a new, unrelated
+    document: no model can predict it from the one before, so it carries no loss (target IGNORE).
+    window: (B, L + 1) long tensor, eos: int  ->  (inputs (B, L), targets (B, L)): inputs[:, t] = window[:, t],
+    targets[:, t] = window[:, t + 1], except IGNORE wherever inputs[:, t] == eos. Do not modify `window`. The checks
+    use four window shapes, with eos bytes at random places, at the start and at the end.
 
-    Hint 1 (nudge): go the other way round: ids -> bytes -> str. Which built-in type turns a list of ints in
-        0..255 into bytes?
-    Hint 2 (plan): the tensor as a plain Python list of ints; those ints as one bytes object; the bytes decoded as
-        UTF-8, with invalid sequences replaced rather than raising.
-    Hint 3 (formula): turn the ids back into a bytes object and decode it as UTF-8, replacing what is not valid
-        UTF-8 (a cut multi-byte character) instead of raising.
-    """
-    raise NotImplementedError("Task 7.1")
-
-
-def shift_for_next_token(window):
-    """Task 7.2: a (B, L + 1) window of tokens -> (inputs (B, L), targets (B, L)).
-
-    Revisits notebook 07, section 2 ("Batches and the shift").
-    A causal LM at position t reads tokens 0..t and must predict token t + 1, so targets[:, t] is
-    window[:, t + 1]. Getting this shift wrong by one trains a model to copy its input (loss → 0, useless).
-    The checks use four window shapes, B from 1 to 5 and L from 1 to 33.
-
-    Hint 1 (nudge): write out a window of 4 tokens a b c d by hand: which 3 are inputs, which 3 are targets, and
-        how do the two lists line up?
-    Hint 2 (plan): two slices along the position axis (dim 1), each of length L and each keeping all B rows: one
-        drops the last token, the other drops the first.
-    Hint 3 (formula): inputs: every position but the last; targets: every position but the first (the same rows,
-        shifted by one along the sequence axis).
+    Hint 1 (nudge): start from the plain shift of section 2. At which positions does the input byte end a document?
+    Hint 2 (plan): the inputs and targets as two slices of the window; a bool mask of the positions whose input is
+        eos; the targets at those positions replaced by IGNORE, in a tensor that is not a view of `window`.
+    Hint 3 (formula): inputs = every position but the last, targets = every position but the first, and
+        targets[b, t] = IGNORE wherever inputs[b, t] == eos (on a copy: the window stays unchanged).
     """
     raise NotImplementedError("Task 7.2")
 
@@ -132,23 +120,23 @@ def mask_for_mlm(tokens, *, generator, mask_prob=0.15):
     raise NotImplementedError("Task 7.4")
 
 
-def lr_at(step, *, lr, steps, warmup, min_lr):
-    """Task 7.5: the learning rate at 0-based `step`: linear warm-up, then cosine decay.
+def wsd_lr(step, *, lr, steps, warmup, decay, min_lr):
+    """Task 7.5: a warm-up, stable, decay (WSD) learning-rate schedule at 0-based `step`.
 
-    Revisits notebook 07, section 4 ("The training loop", the schedule plotted there).
-    The rate rises in a straight line over the first `warmup` steps, then falls along half a cosine wave from
-    lr down to min_lr, reaching min_lr at step `steps` and staying there for any later step. With warmup > 0 the
-    rate at step 0 is lr / warmup (not 0: step 0 already trains), and the last warm-up step (warmup - 1) and the
-    first step after it (warmup) both have the rate lr. With warmup = 0 the schedule starts at lr at step 0.
-    Return a float. The checks use three schedules (one without warm-up) at every step, and past the last.
+    Uses the schedules of notebook 07 (section 5 trains at a constant rate; the appendix draws the package's warm-up
+    and cosine) on one no cell computes: the rate rises in a straight line over the first `warmup` steps, stays at
+    lr, then falls in a straight line over the last `decay` steps, reaching min_lr at step `steps` and staying there
+    for any later step. Long runs use it because a run can be stopped (decay started) at any point.
+    Precisely: for step < warmup the rate is lr * (step + 1) / warmup; from step `warmup` to step `steps - decay` it
+    is lr; after that it moves linearly from lr (at step steps - decay) to min_lr (at step steps); from step `steps`
+    on it is min_lr. warmup + decay <= steps; warmup and decay may be 0. Return a float. The checks use four schedules at every step, and past the last.
 
-    Hint 1 (nudge): check the ends: what is the rate at step 0, at the last warm-up step, at step == warmup
-        and once the decay is over? With warmup = 0, which part of the schedule does step 0 belong to?
-    Hint 2 (plan): one if for the warm-up; otherwise the fraction p of the decay done so far, clipped at 1,
-        then a cosine of p (math.cos). Plain Python arithmetic on floats; no tensors needed.
-    Hint 3 (formula): during warm-up the rate is lr times (step + 1) over warmup. After it, p is the number of
-        steps since the warm-up ended divided by the number of decay steps (steps − warmup, at least 1), capped at
-        1, and the rate is min_lr plus (lr − min_lr) times (1 + cos(π·p)) / 2.
+    Hint 1 (nudge): check the ends: the rate at step 0, at the last warm-up step, at step steps - decay, at step
+        `steps` and later. With decay = 0, what is the rate at step `steps`?
+    Hint 2 (plan): three cases by step: warming up, stable, decaying; in the last, the fraction of the decay done so
+        far, clipped at 1, interpolates between lr and min_lr. Plain Python arithmetic; no tensors needed.
+    Hint 3 (formula): from step `steps` on: min_lr. Warm-up: lr·(step + 1)/warmup. Stable (step <= steps − decay):
+        lr. Decay: with p = (step − (steps − decay)) / decay, the rate is lr + (min_lr − lr)·p.
     """
     raise NotImplementedError("Task 7.5")
 
@@ -237,3 +225,28 @@ def efficient_decode_step(q_t, k_t, v_t, state=None):
         out_t = φ_q(q_t)ᵀ S' / φ_q(q_t)ᵀ z'.
     """
     raise NotImplementedError("Task 7.8")
+
+
+def predicted_crossover(heads, head_dim, features):
+    """Task 7.9 (predict the finding): after how many tokens does a key/value cache outgrow a linear-attention state?
+
+    Notebook 07, section 7 measures one case: at its sizes the cache of exact attention grows with every token and
+    the state of linear attention (S, z and a running maximum per feature, notebook 04) does not. Predict, for any
+    sizes, without building a model: the smallest number of tokens t >= 1 after which, in every layer and head, the
+    key/value cache holds MORE numbers than the state, for a linear attention with `features` features per head
+    (elu+1: features = head_dim; Performer: features = m).
+    heads, head_dim, features: ints >= 1  ->  a Python int. The grader measures each case itself, on TinyLM's own
+    decoding states (exact attention against Performer with m = features, and elu+1), and compares your answer with
+    its measurement, at eight (heads, head_dim, features) triples you do not see. Before you run it, write down your
+    answer for heads 4, head_dim 16, features 16 (the notebook's table shows that case) and for Performer's default
+    m = int(head_dim · ln head_dim) at head_dim 64.
+
+    Hint 1 (nudge): count what one head keeps. How many numbers does the cache add per token, and how many does the
+        state hold whatever the number of tokens?
+    Hint 2 (plan): the state's size for one head (a features x head_dim matrix and two vectors of length features),
+        the cache's size after t tokens for one head (keys and values); the heads and the layers multiply both sides
+        alike; solve for the first t where the cache is larger.
+    Hint 3 (formula): the state holds F·D + 2F numbers per head, the cache 2·t·D; the smallest t with 2tD > FD + 2F
+        is the integer part of (FD + 2F) / (2D), plus one.
+    """
+    raise NotImplementedError("Task 7.9")

@@ -9,19 +9,20 @@ MASK_ID = 256
 IGNORE = -100
 
 
-def encode_bytes(text):
-    """Task 7.1 (a): text -> (N,) long tensor of UTF-8 bytes."""
-    return torch.tensor(list(text.encode("utf-8")), dtype=torch.long)
+def truncate_utf8(ids, max_bytes):
+    """Task 7.1: the longest prefix of at most max_bytes bytes that ends on a character boundary."""
+    n = len(ids)
+    cut = min(max_bytes, n)
+    while 0 < cut < n and int(ids[cut]) & 0xC0 == 0x80:  # byte `cut` continues a character: do not split it
+        cut -= 1
+    return ids[:cut].clone()
 
 
-def decode_bytes(ids):
-    """Task 7.1 (b): ids -> text; invalid UTF-8 becomes U+FFFD."""
-    return bytes(torch.as_tensor(ids).tolist()).decode("utf-8", errors="replace")
-
-
-def shift_for_next_token(window):
-    """Task 7.2: (B, L + 1) -> inputs (B, L), targets (B, L) with targets[:, t] = window[:, t + 1]."""
-    return window[:, :-1], window[:, 1:]
+def shift_with_documents(window, eos):
+    """Task 7.2: the shift of section 2, with no loss on the first byte of a new document."""
+    inputs = window[:, :-1]
+    targets = window[:, 1:].masked_fill(inputs == eos, IGNORE)  # masked_fill returns a new tensor
+    return inputs, targets
 
 
 def lm_loss(logits, targets):
@@ -51,12 +52,17 @@ def mask_for_mlm(tokens, *, generator, mask_prob=0.15):
     return corrupted, targets
 
 
-def lr_at(step, *, lr, steps, warmup, min_lr):
-    """Task 7.5: linear warm-up then cosine decay to min_lr."""
+def wsd_lr(step, *, lr, steps, warmup, decay, min_lr):
+    """Task 7.5: warm-up, stable, linear decay to min_lr."""
+    if step >= steps:
+        return float(min_lr)
     if step < warmup:
         return lr * (step + 1) / warmup
-    p = min(1.0, (step - warmup) / max(1, steps - warmup))
-    return min_lr + (lr - min_lr) * (1.0 + math.cos(math.pi * p)) / 2.0
+    start = steps - decay
+    if step <= start:
+        return float(lr)
+    p = min(1.0, (step - start) / decay)
+    return lr + (min_lr - lr) * p
 
 
 def save_checkpoint(obj, path):
@@ -94,3 +100,8 @@ def efficient_decode_step(q_t, k_t, v_t, state=None):
         S, z = state[0] + S, state[1] + z
     num = torch.einsum("bhd,bhde->bhe", phi_q, S)
     return num / torch.einsum("bhd,bhd->bh", phi_q, z)[..., None], (S, z)
+
+
+def predicted_crossover(heads, head_dim, features):
+    """Task 7.9: the first t with 2·t·D > F·D + 2F (per head; heads and layers scale both sides alike)."""
+    return (features * head_dim + 2 * features) // (2 * head_dim) + 1

@@ -1,5 +1,5 @@
-"""Checks for exercises/ex07_lm.py (Tasks 7.1-7.8), against minilin.data, minilin.model, minilin.train,
-minilin.efficient, and loops written here (7.7)."""
+"""Checks for exercises/ex07_lm.py (Tasks 7.1-7.9), against minilin.model, minilin.efficient, TinyLM's decoding
+states (7.9), and loops written here (7.1, 7.2, 7.5, 7.7)."""
 import dataclasses
 import math
 
@@ -15,31 +15,51 @@ TOL = 1e-6  # float32 cross-entropy of O(1) values summed over ~100 terms: round
 IGNORE, MASK_ID = -100, 256
 
 
-@CHAPTER.task("7.1", "encode_bytes", "decode_bytes")
-def byte_tokenizer(encode_bytes, decode_bytes):
-    """the UTF-8 byte tokenizer and its inverse"""
-    from minilin.data import decode, encode
-    for text in ["", "hello", "naïve café ✓ 日本語\n\ttabs", "🙂 emoji (4 bytes)"]:
-        ids = encode(text)
-        yield equal(encode_bytes(text), ids, what="the UTF-8 bytes as a long tensor")
-        yield equal(decode_bytes(ids), decode(ids), what=repr(text))
-        if len(ids) > 1 and ids[-1] >= 0x80:  # cut a multi-byte character: replaced, not an exception
-            call = decode_bytes(ids[:-1])
-            yield check(call, judge=lambda got, call=call: expect(
-                isinstance(got, str) and got.endswith("\ufffd"), call,
-                f"returned {kind(got)}; a cut character must become U+FFFD (errors=\"replace\")"))
+def truncate_loop(text, budget):
+    """Whole characters, one at a time, while they fit in the budget: the prefix's UTF-8 bytes."""
+    out = b""
+    for ch in text:
+        if len(out) + len(ch.encode("utf-8")) > budget:
+            break
+        out += ch.encode("utf-8")
+    return torch.tensor(list(out), dtype=torch.long)
 
 
-@CHAPTER.task("7.2", "shift_for_next_token")
-def shift_for_next_token(f):
-    """inputs and next-token targets from a window"""
-    from minilin.data import next_token_batch
-    for seed, (B, L) in enumerate(((3, 8), (1, 5), (5, 1), (2, 33))):
-        window = torch.randint(256, (B, L + 1), generator=gen(seed))
-        # a stream of exactly L + 1 tokens has one window: minilin's batch of it, row by row
-        rows = [next_token_batch(row, 1, L, generator=gen(0)) for row in window]
-        expected = (torch.cat([x for x, _ in rows]), torch.cat([y for _, y in rows]))
-        yield equal(f(window), expected, what=f"minilin.data.next_token_batch on a ({B}, {L + 1}) window")
+@CHAPTER.task("7.1", "truncate_utf8")
+def truncate_utf8(f):
+    """the longest prefix within a byte budget that cuts no character"""
+    pool = "ab é✓日本🙂\n"
+    drawn = "".join(pool[i] for i in torch.randint(len(pool), (12,), generator=gen(11)).tolist())
+    for text in ["hello", "naïve café ✓ 日本語", "🙂 emoji 🙂", drawn]:
+        ids = torch.tensor(list(text.encode("utf-8")), dtype=torch.long)
+        budgets = list(range(len(ids) + 3))
+        call = f.each([((ids, b), {}) for b in budgets], label=f"truncate_utf8(the bytes of {text!r}, b) for b = "
+                                                               f"0..{len(ids) + 2}")
+        yield equal(call, [truncate_loop(text, b) for b in budgets],
+                    what="whole characters added one at a time while they fit")
+
+
+def documents_loop(window, eos):
+    inputs, targets = window[:, :-1].clone(), window[:, 1:].clone()
+    for b in range(window.shape[0]):
+        for t in range(inputs.shape[1]):
+            if int(inputs[b, t]) == eos:
+                targets[b, t] = IGNORE
+    return inputs, targets
+
+
+@CHAPTER.task("7.2", "shift_with_documents")
+def shift_with_documents(f):
+    """next-byte targets for packed documents: no loss on a document's first byte"""
+    for seed, (B, L, eos) in enumerate(((3, 8, 0), (1, 5, 3), (5, 1, 0), (2, 33, 5))):
+        window = torch.randint(6, (B, L + 1), generator=gen(20 + seed))   # six byte values: eos is frequent
+        window[0, 0], window[-1, -1] = eos, eos                          # at the start and at the end
+        yield equal(f(window, eos), documents_loop(window, eos),
+                    what=f"the shift with IGNORE after each eos = {eos}, a ({B}, {L + 1}) window")
+    window = torch.randint(4, (4, 17), generator=gen(25))
+    twice = f.each([((window, 0), {})] * 2, label="shift_with_documents(window, 0) twice on the same tensor")
+    yield equal(twice, [documents_loop(window, 0)] * 2,
+                what="the same result twice (the first call must not modify the window)")
 
 
 @CHAPTER.task("7.3", "lm_loss", "bits_per_byte")
@@ -142,17 +162,29 @@ def mask_for_mlm(f):
     yield check(half, judge=rate)
 
 
-@CHAPTER.task("7.5", "lr_at")
-def lr_at(f):
-    """linear warm-up, then cosine decay"""
-    from minilin.train import lr_at as reference
-    for kw in (dict(lr=3e-3, steps=200, warmup=20, min_lr=3e-4), dict(lr=1.0, steps=37, warmup=5, min_lr=0.1),
-               dict(lr=0.5, steps=12, warmup=0, min_lr=0.0)):
+def wsd_loop(step, *, lr, steps, warmup, decay, min_lr):
+    """Warm-up, stable, decay, written as three ranges."""
+    if step >= steps:
+        return float(min_lr)
+    if step in range(warmup):
+        return lr * (step + 1) / warmup
+    if step in range(warmup, steps - decay + 1):
+        return float(lr)
+    return lr + (min_lr - lr) * (step - steps + decay) / decay
+
+
+@CHAPTER.task("7.5", "wsd_lr")
+def wsd_lr(f):
+    """warm-up, stable, then linear decay"""
+    for kw in (dict(lr=3e-3, steps=200, warmup=20, decay=40, min_lr=3e-4),
+               dict(lr=1.0, steps=37, warmup=5, decay=10, min_lr=0.1),
+               dict(lr=0.5, steps=12, warmup=0, decay=4, min_lr=0.0),
+               dict(lr=0.2, steps=10, warmup=3, decay=0, min_lr=0.05)):
         last = kw["steps"] + 5  # past the last step the rate stays at min_lr
         call = f.each([((s,), kw) for s in range(last + 1)],
-                      label=f"lr_at(step, {', '.join(f'{k}={v}' for k, v in kw.items())}) for step = 0..{last}")
-        yield close(call, [reference(s, **kw) for s in range(last + 1)], atol=0.0, rtol=1e-12,
-                    what="minilin.train.lr_at at every step")
+                      label=f"wsd_lr(step, {', '.join(f'{k}={v}' for k, v in kw.items())}) for step = 0..{last}")
+        yield close(call, [wsd_loop(s, **kw) for s in range(last + 1)], atol=0.0, rtol=1e-12,
+                    what="the schedule written as three ranges, at every step")
 
 
 @CHAPTER.task("7.6", "save_checkpoint", "load_checkpoint")
@@ -230,3 +262,35 @@ def efficient_decode_step(f):
                 tuple(got[1]) if isinstance(got, (tuple, list)) and len(got) == 2 and isinstance(
                     got[1], (tuple, list)) else got, (S[:, :, t], z[:, :, t]), call=call,
                 what=f"the new state (S, z) = (Σ_(j<=t) exp(k_j) v_jᵀ, Σ_(j<=t) exp(k_j)) at {where}"))
+
+
+def measured_crossover(heads, head_dim, features):
+    """From TinyLM's own decoding states after one token: the cache's numbers per token (exact attention) and the
+    state's numbers (Performer with m = features, or elu+1 when features == head_dim); the first t with more."""
+    from minilin.model import LMConfig, TinyLM
+    config = LMConfig(dim=heads * head_dim, heads=heads, depth=1, positions="rope", block_size=8)
+    held = {}
+    for attention in ("exact", "linear" if features == head_dim else "performer"):
+        model = TinyLM(dataclasses.replace(config, attention=attention, nb_features=features)).eval()
+        with torch.no_grad():
+            _, state = model.step(torch.tensor([1]), None)
+        layer = state["layers"][0]
+        held[attention] = (layer["k"].numel() + layer["v"].numel() if attention == "exact"
+                           else layer.kv.numel() + layer.z.numel() + layer.log_scale.numel())
+    per_token, state_numbers = held.pop("exact"), held.popitem()[1]
+    return state_numbers // per_token + 1
+
+
+@CHAPTER.task("7.9", "predicted_crossover")
+def predicted_crossover(f):
+    """the context at which a key/value cache outgrows a linear-attention state (predicted, then measured)"""
+    g = gen(90)
+    cases = [(4, 16, 16), (8, 64, int(64 * math.log(64)))]
+    while len(cases) < 8:
+        heads, head_dim = int(torch.randint(1, 9, (1,), generator=g)), 4 * int(torch.randint(1, 17, (1,), generator=g))
+        features = head_dim if len(cases) % 3 == 0 else int(torch.randint(1, 300, (1,), generator=g))
+        cases.append((heads, head_dim, features))
+    for heads, head_dim, features in cases:
+        yield equal(f(heads, head_dim, features), measured_crossover(heads, head_dim, features),
+                    what=f"the crossover measured on TinyLM's decoding states (heads {heads}, head_dim {head_dim}, "
+                         f"{features} features)")

@@ -102,6 +102,31 @@ def error_over_uniform(q, k, v, feature="elu+1"):  # softmax without the 1/√D
     u = v.mean(-2, keepdim=True) - s
     return (a / a.sum(-1, keepdim=True) @ v - s).norm(dim=(-2, -1)) / u.norm(dim=(-2, -1))
 """),
+    "7.1-byte-cut": ("7.1", "truncate_utf8", """import torch
+def truncate_utf8(ids, max_bytes):  # cuts at the budget, through a character
+    return ids[:max_bytes].clone()
+"""),
+    "7.2-in-place": ("7.2", "shift_with_documents", """import torch
+def shift_with_documents(window, eos):  # writes IGNORE into the caller's window (a view, not a copy)
+    targets = window[:, 1:]
+    targets[window[:, :-1] == eos] = -100
+    return window[:, :-1], targets
+"""),
+    "7.5-cosine-decay": ("7.5", "wsd_lr", """import math
+def wsd_lr(step, *, lr, steps, warmup, decay, min_lr):  # a cosine instead of a straight line in the decay
+    if step >= steps:
+        return float(min_lr)
+    if step < warmup:
+        return lr * (step + 1) / warmup
+    if step <= steps - decay:
+        return float(lr)
+    p = (step - steps + decay) / decay
+    return min_lr + (lr - min_lr) * (1 + math.cos(math.pi * p)) / 2
+"""),
+    "7.9-no-running-max": ("7.9", "predicted_crossover", """
+def predicted_crossover(heads, head_dim, features):  # S and z only: the stabiliser's running max forgotten
+    return (features * head_dim + features) // (2 * head_dim) + 1
+"""),
     "7.4-constant-byte": ("7.4", "mask_for_mlm", """import torch
 def mask_for_mlm(tokens, *, generator, mask_prob=0.15):  # every "random" replacement is one byte
     selected = torch.rand(tokens.shape, generator=generator) < mask_prob
