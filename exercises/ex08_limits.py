@@ -21,17 +21,17 @@ def linformer_effective_map(q, k, E, F, mask=None):
     the map each query applies to the M values; its rank is at most k. Use only the first M columns of E and F.
     With a mask, Linformer zeroes padded keys and values before projecting them (notebook 03, section 2): a padded
     key joins no slot, and the map's column of a padded position is 0 (its value joins no slot).
-    Extends notebook 08, section 3 (the map A F whose rank is at most k, which no cell computes), to per-head
-    projections, sequences shorter than seq_len and padding.
+    Extends notebook 08, section 3 (the map A F whose rank is at most k) to per-head projections, sequences
+    shorter than seq_len and padding.
 
     Hint 1 (nudge): the softmax is taken over the k projected slots, not over the M positions; the projection F
         then spreads each slot's weight back over the positions.
     Hint 2 (plan): cut E and F to M columns; zero the padded keys; project the keys; scores over the slots, scaled
         by 1/√D; softmax over the last axis gives (B, H, N, k); a last product with F, whose columns at padded
         positions are zeroed (per batch row), gives (B, H, N, M).
-    Hint 3 (formula): map[i, j] = m_j · Σ_s A[i, s] F[s, j] with A[i, s] = softmax over s of
-        q_i · (Σ_t E[s, t] m_t k_t) / √D, where m_t is 1 for a real position and 0 for a padded one (all 1 without
-        a mask), and t and j run over the first M positions.
+    Hint 3 (formula): a query's weights over the k slots are the softmax of its scaled scores against the
+        projected keys; each slot then hands its weight to the positions through its row of F; a padded position
+        adds nothing to any slot's key and receives no weight.
     """
     raise NotImplementedError("Task 8.1")
 
@@ -42,8 +42,7 @@ def state_readout(k, v, q):
     k: (B, H, p, D) keys, v: (B, H, p, Dv) values, q: (B, H, Q, D) queries  ->  (B, H, Q, Dv)
     Linear attention without its normaliser keeps one (D, Dv) state per head, S = Σ_i k_i v_iᵀ, whatever p is;
     a query q reads out q S. Return the readout of every query.
-    Extends notebook 08, section 6 (associative recall trained end to end) to a state built by hand for minilin.data.AssociativeRecall's kind of task: no notebook cell builds such a
-    state by hand.
+    Extends notebook 08, section 6 (associative recall trained end to end) to a state built by hand.
 
     Hint 1 (nudge): the state does not grow with p: it is a sum of outer products, one per pair.
     Hint 2 (plan): build the state of every (batch, head) at once from the keys and the values, then multiply
@@ -82,8 +81,7 @@ def linformer_copy(v, positions, sharpness):
     holding the key and the value of position positions[j]. Return the layer's output
     softmax(q (E k)ᵀ / √D) (F v) for these choices: row j then tends to v[positions[j]] as s grows.
     Extends notebook 08, section 5: the copy that needs full rank is within reach of a Linformer whose slots are
-    the positions to copy. The notebook starts E = F at the first k positions and trains from there; no cell
-    chooses the keys and queries that make a layer copy positions of your choice.
+    the positions to copy.
 
     Hint 1 (nudge): what must a projection matrix look like for its product with the values to be just some rows
         of the values, in a chosen order? And which keys and queries give a score table that is s times the
@@ -91,8 +89,9 @@ def linformer_copy(v, positions, sharpness):
     Hint 2 (plan): a (slots, M) matrix that picks positions; keys that are zero except at the chosen positions,
         each a different direction; queries along those same directions, scaled to undo the 1/√D; then exact
         attention over the projected slots (softmax_attention may do that last step).
-    Hint 3 (formula): E[i, t] = 1 when t = positions[i], else 0; choose D = slots, the key at positions[i] the
-        i-th unit vector, and query j the j-th unit vector times s·√D, so that (q (E k)ᵀ)[j, i] / √D = s·δ_ij.
+    Hint 3 (formula): you need F v to be the chosen rows of v, in order, and the scaled score table
+        q (E k)ᵀ / √D to be s times the identity: projected keys that are orthonormal make it diagonal, and the
+        length of the queries sets s.
     """
     raise NotImplementedError("Task 8.3")
 
@@ -105,8 +104,8 @@ def pairs_held(k, v, threshold=0.9):
     read it with each of those p keys; a pair is recalled when the stored value nearest (Euclidean) to its readout
     is its own. Return the largest p such that every prefix 1, 2, ..., p recalls at least `threshold` of its
     pairs (0 when even p = 1 falls short).
-    Measures notebook 08's section 6 finding, a fixed state that stops recalling as the pairs grow, on a state you
-    choose. Before you run it, predict: for random unit keys of dimension D = 16 and Gaussian values of dimension
+    Measures the question of notebook 08's section 6, how many pairs a fixed state gives back, on a state built
+    by hand. Before you run it, predict: for random unit keys of dimension D = 16 and Gaussian values of dimension
     16, at threshold 0.9, is the answer below D, about D, or well above it? Then measure it with
     torch.nn.functional.normalize(torch.randn(64, 16), dim=-1) as keys and torch.randn(64, 16) as values.
 

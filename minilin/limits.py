@@ -10,6 +10,7 @@ noise): the input-independent solution of the copy when k >= the span.
 """
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 import torch
 
@@ -25,6 +26,8 @@ MODEL = dict(dim=64, depth=1, heads=2, positions="rope")
 LRS = (3e-3, 1e-2)                       # the learning-rate grid of every contender
 LINFORMER_GRID = ((3e-3, 1.0), (1e-2, 1.0), (3e-3, 10.0))   # (lr, ef_lr_scale): E/F's own lr among the points
 SELECTION_NOISE = 0.01                  # std of the noise added to a selection E = F, times 1/sqrt(n)
+REFERENCE = Path(__file__).resolve().parents[1] / "results" / "reference"   # the committed grids
+GRID_KEY = ["task", "model", "lr", "ef_lr_scale", "seed"]                    # one run of a grid
 
 
 @dataclass(frozen=True)
@@ -291,3 +294,69 @@ def low_lr_recall_contenders():
     models = [c for c in recall_contenders() if c.name in ("exact", "elu+1")] + gated_recall_contenders()
     models += small_state_recall_contenders()
     return [replace(c, grid=((LOW_LR, 1.0),)) for c in models]
+
+
+def read_grid(name, reference=REFERENCE):
+    """One committed grid (a CSV of `tests/limits_runs.py`) as a DataFrame; its '# ' header, which holds the commands,
+    machine and date that made it, is skipped."""
+    import pandas as pd
+    path = Path(reference) / name
+    if not path.exists():
+        raise FileNotFoundError(f"{path} is missing: run `python tests/limits_runs.py` (see its docstring)")
+    return pd.read_csv(path, comment="#")
+
+
+class CopyGrid:
+    """Every committed copy run: limits_copy.csv (the one-block grid), limits_copy_fixes.csv (controls, span sweep,
+    rank cuts) and limits_copy_edges.csv (points beyond a grid's edge). `rows` holds every measure; `curves` the
+    validation accuracy per step (a point trained in two files keeps the later file's run); `final` its last step."""
+
+    FILES = ("limits_copy.csv", "limits_copy_fixes.csv", "limits_copy_edges.csv")
+
+    def __init__(self, reference=REFERENCE):
+        import pandas as pd
+        self.rows = pd.concat([read_grid(name, reference) for name in self.FILES], ignore_index=True)
+        acc = self.rows[self.rows.measure == "val_acc"]
+        self.curves = acc.drop_duplicates(GRID_KEY + ["step"], keep="last")
+        self.final = self.curves[self.curves.step == self.curves.groupby(GRID_KEY).step.transform("max")]
+
+    def seeds_at(self, model, task=None, lr=None, seeds=(0, 1, 2)):
+        """({seed: final accuracy}, lr) of `model` on `task` (default: the span-63 copy) at `lr`, with E, F at the
+        lowest ef_lr_scale trained there (1, or 0 for a frozen E, F); with lr=None at the grid point of highest mean."""
+        f = self.final[(self.final.model == model) & (self.final.task == (task or copy_task().name))]
+        if f.empty:
+            raise ValueError(f"no committed copy run of {model!r} on {task or copy_task().name!r}")
+        if lr is None:
+            lr, ef = f.groupby(["lr", "ef_lr_scale"]).val_acc.mean().idxmax()
+        else:
+            ef = f[f.lr == lr].ef_lr_scale.min()
+        f = f[(f.lr == lr) & (f.ef_lr_scale == ef)]
+        if sorted(f.seed) != list(seeds):
+            raise ValueError(f"{model!r} at lr {lr}: seeds {sorted(f.seed)} committed, {list(seeds)} expected")
+        return dict(zip(f.seed, f.val_acc)), lr
+
+    def curve(self, model, lr, seed, task=None):
+        """(steps, validation accuracies) of one committed run at E, F's common rate."""
+        c = self.curves[(self.curves.model == model) & (self.curves.task == (task or copy_task().name))
+                        & (self.curves.lr == lr) & (self.curves.seed == seed) & (self.curves.ef_lr_scale == 1.0)]
+        return c.step.tolist(), c.val_acc.tolist()
+
+    def rank_cuts(self, model, lr):
+        """DataFrame (r x seed): the final accuracy of the trained `model` with its attention map cut to rank r."""
+        c = self.rows[(self.rows.model == model) & (self.rows.lr == lr) & (self.rows.measure == "rank_cut")]
+        c = c.drop_duplicates(GRID_KEY + ["r"], keep="last")
+        return c.assign(r=c.r.astype(int)).pivot(index="r", columns="seed", values="val_acc")
+
+
+def load_copy_grid(reference=REFERENCE):
+    """The committed copy grid (notebook 08): a CopyGrid."""
+    return CopyGrid(reference)
+
+
+def load_recall_grid(name="limits_recall_scattered.csv", reference=REFERENCE, step=None):
+    """{(model, pairs): {seed: accuracy}} of a committed recall grid, at the final step or at `step`."""
+    g = read_grid(name, reference)
+    g = g[(g.measure == "val_acc")]
+    g = g[g.step == (g.groupby(GRID_KEY).step.transform("max") if step is None else step)]
+    pairs = g.task.str.extract(r"pairs=(\d+)")[0].astype(int)
+    return {(m, int(p)): dict(zip(s.seed, s.val_acc)) for (m, p), s in g.assign(P=pairs).groupby(["model", "P"])}

@@ -129,3 +129,34 @@ def test_committed_grid_covers_every_contender_grid_point_and_seed(name):
     expected = {(t.name, c.name, f"{lr}", f"{ef}", f"{seed}") for t, _, c, lr, ef, seed in limits_runs.runs(name)}
     got = {(r["task"], r["model"], r["lr"], r["ef_lr_scale"], r["seed"]) for r in rows if r["measure"] == "val_acc"}
     assert got == expected
+
+
+def test_load_copy_grid_keeps_the_latest_run_and_finds_best_points(tmp_path):
+    head = "task,model,lr,ef_lr_scale,seed,measure,r,step,val_acc,params,train_s\n"
+    t = limits.copy_task().name
+    row = lambda m, lr, ef, s, step, acc, measure="val_acc", r="": f'"{t}",{m},{lr},{ef},{s},{measure},{r},{step},{acc},1,1\n'
+    one = "# command: x\n" + head + "".join(row("a", lr, 1.0, s, st, acc) for lr, acc in ((1e-3, 0.2), (3e-3, 0.5))
+                                           for s in (0, 1, 2) for st, acc in ((50, 0.1), (100, acc)))
+    two = head + "".join(row("a", 1e-3, 1.0, s, st, 0.9) for s in (0, 1, 2) for st in (50, 100))   # a re-run
+    two += row("a", 3e-3, 1.0, 0, 100, 0.4, "rank_cut", 16) + row("a", 3e-3, 1.0, 0, 100, 0.5, "rank_cut", 32)
+    (tmp_path / "limits_copy.csv").write_text(one)
+    (tmp_path / "limits_copy_fixes.csv").write_text(two)
+    (tmp_path / "limits_copy_edges.csv").write_text(head)
+    grid = limits.load_copy_grid(tmp_path)
+    assert grid.seeds_at("a") == ({0: 0.9, 1: 0.9, 2: 0.9}, 1e-3)          # the later file's run wins, then the best
+    assert grid.seeds_at("a", lr=3e-3)[0] == {0: 0.5, 1: 0.5, 2: 0.5}
+    assert grid.curve("a", 1e-3, 2) == ([50, 100], [0.9, 0.9])
+    assert grid.rank_cuts("a", 3e-3).loc[32, 0] == 0.5
+    with pytest.raises(ValueError, match="no committed copy run"):
+        grid.seeds_at("b")
+    with pytest.raises(FileNotFoundError, match="limits_runs.py"):
+        limits.load_copy_grid(tmp_path / "nowhere")
+
+
+def test_the_committed_copy_grid_loads_with_its_rank_cuts():
+    grid = limits.load_copy_grid()
+    assert min(grid.seeds_at("exact, 2 layers")[0].values()) >= 0.95
+    cuts = grid.rank_cuts("Linformer k=64, selection init", 3e-3)
+    assert list(cuts.index) == [8, 16, 32, 48, 63] and list(cuts.columns) == [0, 1, 2]
+    assert set(limits.load_recall_grid()) == {(c.name, p) for c in limits.scattered_recall_contenders()
+                                              for p in limits.RECALL_HARD["pairs"]}
