@@ -94,7 +94,7 @@ def causal_prefix_attention(phi_q, phi_k, v):
 
 
 def orthogonal_mse(x, y, nb_features, draws, generator):
-    """Task 4.7: [MSE with iid rows, MSE with block-orthogonal rows] of the m-feature positive estimate."""
+    """Task 4.7: [MSE with iid rows, MSE with block-orthogonal rows] of the m-direction hyperbolic estimate."""
     m, d = nb_features, x.shape[-1]
     truth = torch.exp(x @ y)
     iid = torch.randn(draws, m, d, generator=generator, dtype=torch.float64)
@@ -102,6 +102,6 @@ def orthogonal_mse(x, y, nb_features, draws, generator):
     ortho = orthogonal_projection(draws * blocks * d, d, generator).view(draws, blocks * d, d)[:, :m]
     mse = []
     for w in (iid, ortho):  # (draws, m, D): one projection per estimate
-        est = torch.exp(w @ (x + y) - 0.5 * (x @ x + y @ y)).mean(-1)  # (draws,)
+        est = torch.exp(-0.5 * (x @ x + y @ y)) * torch.cosh(w @ (x + y)).mean(-1)  # (draws,)
         mse.append((est - truth).pow(2).mean())
     return torch.stack(mse)

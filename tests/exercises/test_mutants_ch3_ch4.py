@@ -27,6 +27,15 @@ RECURRENCE = (  # Task 4.4's loop, reading out query i after adding key `first +
     "        outs.append((phi_q[:, :, i, :, None] * state).sum(-2) / (phi_q[:, :, i] * z).sum(-1, keepdim=True))\n"
     "    return torch.stack(outs, dim=2)\n")
 
+ORTHO = (  # Task 4.2's projection, done right
+    "import torch\n"
+    "def orthogonal_projection(nb_features, dim, generator):\n"
+    "    nb_blocks = -(-nb_features // dim)\n"
+    "    q, r = torch.linalg.qr(torch.randn(nb_blocks, dim, dim, generator=generator, dtype=torch.float64))\n"
+    "    q = q * torch.sign(torch.diagonal(r, dim1=-2, dim2=-1))[:, None, :]\n"
+    "    w = q.transpose(-2, -1).reshape(nb_blocks * dim, dim)[:nb_features]\n"
+    "    return w * torch.randn(nb_features, dim, generator=generator, dtype=torch.float64).norm(dim=-1)[:, None]\n")
+
 MUTANTS = {
     # id: (task, source of a wrong version)
     "3.2-scale-hard-coded-for-D-4": ("3.2", (
@@ -233,23 +242,33 @@ MUTANTS = {
         "    mse = []\n"
         "    for _ in range(2):\n"
         "        w = torch.randn(draws, nb_features, x.shape[-1], generator=generator, dtype=torch.float64)\n"
-        "        est = torch.exp(w @ (x + y) - 0.5 * (x @ x + y @ y)).mean(-1)\n"
+        "        est = torch.exp(-0.5 * (x @ x + y @ y)) * torch.cosh(w @ (x + y)).mean(-1)\n"
         "        mse.append((est - torch.exp(x @ y)).pow(2).mean())\n"
         "    return torch.stack(mse)\n")),
-    "4.7-one-feature-not-m": ("4.7", (
+    "4.7-one-direction-not-m": ("4.7", (
         "import torch\n"
         "def orthogonal_mse(x, y, nb_features, draws, generator):\n"
         "    w = torch.randn(draws, x.shape[-1], generator=generator, dtype=torch.float64)\n"
-        "    est = torch.exp(w @ (x + y) - 0.5 * (x @ x + y @ y))\n"
+        "    est = torch.exp(-0.5 * (x @ x + y @ y)) * torch.cosh(w @ (x + y))\n"
         "    m = (est - torch.exp(x @ y)).pow(2).mean()\n"
-        "    return torch.stack([m, 0.8 * m])\n")),
+        "    return torch.stack([m, 0.5 * m])\n")),
+    "4.7-positive-not-hyperbolic": ("4.7", ORTHO + (
+        "def orthogonal_mse(x, y, nb_features, draws, generator):\n"
+        "    m, d = nb_features, x.shape[-1]\n"
+        "    iid = torch.randn(draws, m, d, generator=generator, dtype=torch.float64)\n"
+        "    ortho = orthogonal_projection(draws * d, d, generator).view(draws, d, d)[:, :m]\n"
+        "    mse = []\n"
+        "    for w in (iid, ortho):\n"
+        "        est = torch.exp(w @ (x + y) - 0.5 * (x @ x + y @ y)).mean(-1)\n"
+        "        mse.append((est - torch.exp(x @ y)).pow(2).mean())\n"
+        "    return torch.stack(mse)\n")),
     "4.7-formulas-not-measured": ("4.7", (
         "import torch\n"
         "def orthogonal_mse(x, y, nb_features, draws, generator):\n"
         "    sm, s2, d = torch.exp(x @ y), (x + y) @ (x + y), x.shape[-1]\n"
-        "    iid = sm * sm * torch.expm1(s2) / nb_features\n"
+        "    iid = sm * sm * torch.expm1(s2) * -torch.expm1(-s2) / (2 * nb_features)\n"
         "    gap = 2 * (nb_features - 1) / (nb_features * (d + 2)) * (sm - torch.exp(-(x @ x + y @ y) / 2)) ** 2\n"
-        "    return torch.stack([iid, iid - gap])\n")),
+        "    return torch.stack([iid, iid - 1.5 * gap])\n")),
     "4.6-top-left-aligned": ("4.6", "import torch\n" + RECURRENCE + (
         "def causal_prefix_attention(phi_q, phi_k, v):\n"
         "    B, H, N, m = phi_q.shape\n"
