@@ -1,6 +1,6 @@
 """Exercises for notebook 05: efficient attention, moving weights between libraries, counting a block's FLOPs, two
-new cases of linear attention (Tasks 5.6 and 5.7: use the idea on a new case), and a measurement of the chapter's
-finding on new feature maps (Task 5.8: predict, then measure).
+new cases of linear attention (Tasks 5.6 and 5.7: use the idea on a new case), and a measurement of how sharply each
+kernel can focus (Task 5.8: predict, then measure).
 
 Implement each function, then grade yourself:  python -m minilin grade --chapter 5
 Shapes follow the course convention: q (B, H, N, D), k (B, H, M, D), v (B, H, M, Dv);
@@ -120,16 +120,16 @@ def block_flops(batch, n, dim, *, proj_len=None, ff_mult=4):
     The answer does not depend on the number of heads (why?). Return a Python int. The checks compare with
     the counter on three shapes (batch 1 to 3, ff_mult 2 to 4, two numbers of heads each), exact and Linformer.
 
-    Hint 1 (nudge): list every matrix product in the block, then count each with 2·a·b·c. For the heads: H heads
-        of width dim / H each do a product whose cost is proportional to their width; what is the sum over heads?
-    Hint 2 (plan): per sequence (then times batch): four projections q, k, v, out, each (n × dim) @ (dim × dim);
-        two MLP products, (n × dim) @ (dim × ff_mult·dim) and back. Exact attention, per head: scores
-        (n × Dh) @ (Dh × n) and mixing (n × n) @ (n × Dh). Linformer, per head: E @ K and F @ V, each
-        (k × n) @ (n × Dh), then scores (n × Dh) @ (Dh × k) and mixing (n × k) @ (k × Dh). Sum over the heads
-        with H · Dh = dim.
-    Hint 3 (formula): each product costs 2·(rows)·(shared length)·(columns). Per sequence: the four projections
-        and the two MLP products, then the attention products, whose per-head widths add up to dim over the
-        heads (n·n for exact attention, n·proj_len for Linformer's four). Sum and multiply by batch.
+    Hint 1 (nudge): every FLOP the counter sees is in a matrix product. Read minilin.model.Block's forward and
+        the attention it calls, and write down each product with the shapes of its two operands. For the heads:
+        H heads of width dim / H each do a product whose cost is proportional to their width; what is the sum?
+    Hint 2 (plan): split the block into the parts that act on each position alone (the linear layers) and the
+        attention step that mixes positions. Count the first per position, then times n and batch; count the
+        second per head from its shapes, then use H · Dh = dim. Check your sum on a tiny case with
+        torch.utils.flop_counter.FlopCounterMode before trusting it.
+    Hint 3 (formula): each product costs 2·(rows)·(shared length)·(columns). The linear layers cost
+        2·n·(inputs)·(outputs) each; exact attention adds two products of n·n·dim summed over the heads,
+        Linformer four of n·proj_len·dim. Sum and multiply by batch.
     """
     raise NotImplementedError("Task 5.5")
 
@@ -188,30 +188,28 @@ def decayed_linear_attention(q, k, v, gamma):
     raise NotImplementedError("Task 5.7")
 
 
-def error_over_uniform(q, k, v, feature="elu+1"):
-    """Task 5.8 (predict, then measure): how far non-causal linear attention with a positive feature map is from
-    softmax attention, in units of uniform attention's distance, for each sequence and head.
+def focus_scale(n, target, kernel="elu+1"):
+    """Task 5.8 (predict, then measure): how large must queries and keys be before a kernel puts a given share of
+    each query's weight on its own key?
 
-    Widens notebook 05, section 2, which measured elu+1 on one input: here any of three feature maps, any shape,
-    one number per (batch, head).
-    q, k: (B, H, N, D), v: (B, H, N, Dv), feature: "elu+1" (elu(x) + 1), "exp" (exp(x), entry by entry) or
-    "square" (x², entry by entry)  ->  a (B, H) tensor.
-    With S = softmax(q kᵀ/√D) v (exact attention), L = φ(q)(φ(k)ᵀ v) / φ(q)(φ(k)ᵀ 1) (linear attention with that
-    map, every query sees every key) and U = every query gets the mean of v (uniform attention), return
-    ‖L − S‖ / ‖U − S‖ per (batch, head), each norm over all N positions and Dv features.
-    Predict first, and write your predictions down: for inputs of unit scale, does any of the three maps get
-    clearly below 1 (closer to softmax than no attention at all)? When q, k grow four times larger, does any
-    rise above 1? Then measure (the grader does not grade predictions; notebook 05, section 2 says why elu+1
-    lands where it does).
-    The checks use three feature maps, two shapes and two input scales, and compare every (batch, head).
+    Notebook 05, section 2 shows elu+1 focusing on one structured input of N = 16 at a few scales; here you find
+    the scale itself, for both kernels and any n. The input: n keys of dimension n, key j = a·(2e_j − 1) (entry j
+    is +a, every other entry −a), and query i = key i. The weights of query i: for "elu+1", φ(q_i)·φ(k_j) with
+    φ(x) = elu(x) + 1, divided by their sum over j; for "softmax", softmax over j of q_i·k_j/√n. The own-key weight
+    (the weight of query i on key i) is the same for every i; at a = 0 it is 1/n, and it grows with a.
+    n: int >= 2, target: float in (1/n, 1), kernel: "elu+1" or "softmax"  ->  a Python float, the a > 0 at which
+    the own-key weight equals target, accurate to 1e-6.
+    Predict first, and write it down: as n grows from 8 to 512, which kernel needs the larger a to reach 0.9? Does
+    the answer change with n? Then measure (the grader does not grade predictions). The checks use n from 8 to 512,
+    both kernels and targets drawn between 0.5 and 0.95.
 
-    Hint 1 (nudge): three outputs of the same shape, then two distances per (batch, head). Which axes does each
-        norm run over, and which axes must survive?
-    Hint 2 (plan): apply the map to q and to k; form linear attention the associative way (keys summed first,
-        into a (F × Dv) matrix and an F-vector per head); exact attention with a softmax over the keys; the mean
-        of v over the positions, broadcast to every query; two Frobenius norms over the last two axes; divide.
-    Hint 3 (formula): L is section 1's associative form with the chosen map, S exact attention, U the values'
-        mean at every position; the result is a ratio of two Frobenius norms, each over positions and features,
-        one per (batch, head).
+    Hint 1 (nudge): first write the own-key weight as a function of a (build the n keys, form one kernel's
+        weights, read a diagonal entry), then find where that function crosses target.
+    Hint 2 (plan): the weight grows with a, so bracket the answer: start from [0, 1] and double the upper end
+        until the weight there reaches target; then halve the bracket until it is narrower than 1e-9. At large n
+        and a the logits of softmax are in the thousands: keep the softmax stable.
+    Hint 3 (formula): by symmetry only two weights exist, the own key's and any other key's. Work out both
+        unnormalised weights in closed form for each kernel (count how many entries of q_i and k_j are +a or −a
+        together); the own-key weight is own / (own + (n − 1)·other). softmax's then solves for a directly.
     """
     raise NotImplementedError("Task 5.8")

@@ -1,5 +1,7 @@
 """Solutions for notebook 05 (exercises/ex05_peers.py): efficient attention, weight transplants, FLOPs,
 chunked causal linear attention, decayed linear attention, a kernel's distance to softmax against uniform attention."""
+import math
+
 import torch
 
 
@@ -99,15 +101,20 @@ def decayed_linear_attention(q, k, v, gamma):
     return torch.stack(rows, dim=2)
 
 
-FEATURES = {"elu+1": lambda x: torch.nn.functional.elu(x) + 1, "exp": torch.exp, "square": torch.square}
+def focus_scale(n, target, kernel="elu+1"):
+    """Task 5.8: the a at which query i's weight on key i reaches target, keys a·(2e_j − 1), queries = keys."""
+    def own_weight(a):  # by symmetry: own / (own + (n − 1)·other), each unnormalised weight in closed form
+        if kernel == "softmax":  # q_i·k_j = a²(n − 4 + 4δ_ij); only the gap 4a²/√n matters
+            return 1.0 / (1.0 + (n - 1) * math.exp(-4 * a * a / math.sqrt(n)))
+        big, small = a + 1.0, math.exp(-a)  # elu(a) + 1 and elu(−a) + 1
+        own = big * big + (n - 1) * small * small
+        other = 2 * big * small + (n - 2) * small * small
+        return own / (own + (n - 1) * other)
 
-
-def error_over_uniform(q, k, v, feature="elu+1"):
-    """Task 5.8: per (batch, head), ‖linear − softmax‖ / ‖mean of v − softmax‖ (Frobenius over positions, features)."""
-    fq, fk = FEATURES[feature](q), FEATURES[feature](k)
-    memory = fk.transpose(-2, -1) @ v                      # (B, H, F, Dv): Σ_j φ(k_j) v_jᵀ
-    weight_sums = fq @ fk.sum(dim=-2).unsqueeze(-1)         # (B, H, N, 1): φ(q_i)·Σ_j φ(k_j)
-    linear = (fq @ memory) / weight_sums
-    target = torch.nn.functional.scaled_dot_product_attention(q, k, v)
-    flat = v.mean(dim=-2, keepdim=True) - target            # uniform attention's residual, broadcast over queries
-    return torch.linalg.vector_norm(linear - target, dim=(-2, -1)) / torch.linalg.vector_norm(flat, dim=(-2, -1))
+    lo, hi = 0.0, 1.0
+    while own_weight(hi) < target:
+        lo, hi = hi, 2 * hi
+    while hi - lo > 1e-10:
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if own_weight(mid) < target else (lo, mid)
+    return (lo + hi) / 2

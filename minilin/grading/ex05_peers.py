@@ -225,27 +225,36 @@ def decayed_linear_attention(f):
     yield no_quadratic_product(captured(f(q3, k3, v3, gamma2), "matmul_shapes"), 20, 20, (2, 2, 20, 3))
 
 
-MAPS = {"elu+1": lambda x: torch.nn.functional.elu(x) + 1, "exp": torch.exp, "square": lambda x: x * x}
+def own_key_weight(n, a, kernel):
+    """Query i's weight on key i for keys a·(2e_j − 1) and queries = keys, read off the plain (n, n) weights."""
+    keys = a * (2 * torch.eye(n, dtype=torch.float64) - 1)
+    if kernel == "softmax":
+        weights = torch.softmax(keys @ keys.T / n ** 0.5, dim=-1)
+    else:
+        features = torch.nn.functional.elu(keys) + 1
+        weights = features @ features.T
+        weights = weights / weights.sum(-1, keepdim=True)
+    return weights.diagonal().mean().item()
 
 
-def error_over_uniform_reference(q, k, v, feature):
-    """Per (batch, head): ‖L − S‖ / ‖U − S‖, written as plainly as possible: the (N, N) weights of both kernels."""
-    fq, fk = MAPS[feature](q), MAPS[feature](k)
-    weights = fq @ fk.transpose(-2, -1)
-    linear = (weights / weights.sum(-1, keepdim=True)) @ v
-    exact = torch.softmax(q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5, dim=-1) @ v
-    uniform = v.mean(dim=-2, keepdim=True).expand_as(v)
-    return ((linear - exact) ** 2).sum((-2, -1)).sqrt() / ((uniform - exact) ** 2).sum((-2, -1)).sqrt()
+def focus_scale_reference(n, target, kernel):
+    """Bisection on own_key_weight (which grows with a) to 1e-12."""
+    lo, hi = 0.0, 1.0
+    while own_key_weight(n, hi, kernel) < target:
+        lo, hi = hi, 2 * hi
+    while hi - lo > 1e-12:
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if own_key_weight(n, mid, kernel) < target else (lo, mid)
+    return (lo + hi) / 2
 
 
-@CHAPTER.task("5.8", "error_over_uniform")
-def error_over_uniform(f):
-    """a kernel's distance to softmax attention in units of uniform attention's, per (batch, head)"""
-    cases = [("elu+1", (2, 3, 10, 4, 4), 1.0, 81), ("exp", (1, 2, 12, 6, 3), 1.0, 84), ("square", (2, 2, 9, 5, 2), 1.0, 87),
-             ("elu+1", (2, 2, 16, 8, 8), 4.0, 90), ("exp", (3, 1, 7, 4, 5), 0.5, 93)]
-    for feature, (B, H, N, D, Dv), scale, seed in cases:
-        q, k = rand(B, H, N, D, seed=seed, scale=scale), rand(B, H, N, D, seed=seed + 1, scale=scale)
-        v = rand(B, H, N, Dv, seed=seed + 2)
-        yield close(f(q, k, v, feature=feature), error_over_uniform_reference(q, k, v, feature), atol=1e-9,
-                    what=f"‖L − S‖/‖U − S‖ per (batch, head) with feature={feature!r}, q and k of scale {scale}, "
-                         f"(B, H, N, D, Dv) = {(B, H, N, D, Dv)}")
+@CHAPTER.task("5.8", "focus_scale")
+def focus_scale(f):
+    """the scale at which elu+1 and softmax put a given weight on a query's own key"""
+    for i, n in enumerate((8, 32, 128, 512)):
+        for kernel in ("elu+1", "softmax"):
+            draw = torch.rand(1, generator=torch.Generator().manual_seed(120 + 2 * i + (kernel == "softmax")),
+                              dtype=torch.float64)
+            target = round(0.5 + 0.45 * draw.item(), 6)  # in [0.5, 0.95], drawn anew in a fresh run
+            yield close(f(n, target, kernel=kernel), focus_scale_reference(n, target, kernel), atol=1e-6,
+                        what=f"bisection on the (n, n) weights of {kernel!r}: own-key weight {target} at n = {n}")

@@ -86,21 +86,33 @@ def decayed_linear_attention(q, k, v, gamma):  # right values, through the (N, N
     decay = gamma[:, None, None] ** (i[:, None] - i[None, :]).clamp(min=0) * (i[:, None] >= i[None, :])
     return (q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5 * decay) @ v
 """),
-    "5.8-one-number": ("5.8", "error_over_uniform", """import torch
-def error_over_uniform(q, k, v, feature="elu+1"):  # one ratio for the whole batch, broadcast to every head
-    phi = {"elu+1": lambda x: torch.nn.functional.elu(x) + 1, "exp": torch.exp, "square": torch.square}[feature]
-    a = phi(q) @ phi(k).transpose(-2, -1)
-    s = torch.softmax(q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5, -1) @ v
-    u = v.mean(-2, keepdim=True) - s
-    return ((a / a.sum(-1, keepdim=True) @ v - s).norm() / u.norm()).expand(q.shape[:2])
+    "5.8-no-scale": ("5.8", "focus_scale", """import math
+def focus_scale(n, target, kernel="elu+1"):  # softmax without the 1/√D: right for elu+1 only
+    def own(a):
+        if kernel == "softmax":
+            return 1 / (1 + (n - 1) * math.exp(-4 * a * a))
+        big, small = a + 1, math.exp(-a)
+        o, x = big * big + (n - 1) * small * small, 2 * big * small + (n - 2) * small * small
+        return o / (o + (n - 1) * x)
+    lo, hi = 0.0, 64.0
+    for _ in range(80):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if own(mid) < target else (lo, mid)
+    return lo
 """),
-    "5.8-no-scale": ("5.8", "error_over_uniform", """import torch
-def error_over_uniform(q, k, v, feature="elu+1"):  # softmax without the 1/√D
-    phi = {"elu+1": lambda x: torch.nn.functional.elu(x) + 1, "exp": torch.exp, "square": torch.square}[feature]
-    a = phi(q) @ phi(k).transpose(-2, -1)
-    s = torch.softmax(q @ k.transpose(-2, -1), -1) @ v
-    u = v.mean(-2, keepdim=True) - s
-    return (a / a.sum(-1, keepdim=True) @ v - s).norm(dim=(-2, -1)) / u.norm(dim=(-2, -1))
+    "5.8-coarse-grid": ("5.8", "focus_scale", """import torch
+def focus_scale(n, target, kernel="elu+1"):  # the first a on a grid of step 0.05 that reaches target
+    a = 0.0
+    while True:
+        k = a * (2 * torch.eye(n, dtype=torch.float64) - 1)
+        if kernel == "softmax":
+            w = torch.softmax(k @ k.T / n ** 0.5, -1)
+        else:
+            f = torch.nn.functional.elu(k) + 1
+            w = f @ f.T / (f @ f.T).sum(-1, keepdim=True)
+        if w[0, 0] >= target:
+            return a
+        a += 0.05
 """),
     "7.1-byte-cut": ("7.1", "truncate_utf8", """import torch
 def truncate_utf8(ids, max_bytes):  # cuts at the budget, through a character
@@ -205,3 +217,6 @@ def test_the_mutants_are_right_somewhere():
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(2, 2, 5, 4, generator=g, dtype=torch.float64) for _ in range(3))
     assert torch.allclose(ns["efficient_attention"](q, k, v), efficient_attention(q, k, v), atol=1e-12)
+    exec(MUTANTS["5.8-no-scale"][2], ns)  # right for elu+1, wrong for softmax only
+    from minilin.grading.ex05_peers import focus_scale_reference
+    assert abs(ns["focus_scale"](16, 0.8) - focus_scale_reference(16, 0.8, "elu+1")) < 1e-9
