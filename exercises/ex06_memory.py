@@ -3,7 +3,7 @@
 Implement each function, then grade yourself:  python -m minilin grade --chapter 6
 Tasks 6.1-6.3 and 6.5 are formulas: each returns a number computed from sizes alone, and the grader compares it with
 what minilin.bench's meters count when minilin's own code runs on the meta device (notebook 06, section 4).
-Task 6.4 computes attention itself (torch only). Sizes: batch B, heads H, N queries, M (or n) keys and values, head
+Task 6.4 computes attention's gradients itself (torch only). Sizes: batch B, heads H, N queries, M (or n) keys and values, head
 dimension D, value dimension Dv, `itemsize` bytes per number (8 for float64, 4 for float32, 2 for bfloat16).
 Do not call minilin here.
 
@@ -15,12 +15,12 @@ def exact_saved_bytes(B, H, N, M, D, Dv, itemsize):
     """Task 6.1: the bytes autograd keeps for the backward pass of exact attention, softmax(q kᵀ / √D) v.
 
     q: (B, H, N, D), k: (B, H, M, D), v: (B, H, M, Dv), no mask, not causal  ->  an int (bytes).
-    Notebook 06 (section 2, Appendix H) listed what exact attention saves for N = M and D = Dv in float32; here
+    Notebook 06 (section 2, Appendix G) listed what exact attention saves for N = M and D = Dv in float32; here
     queries and keys may differ in number, values in width, and the dtype in size. Storages are counted once each.
 
     Hint 1 (nudge): list what each of the two products and the softmax needs to compute its gradient, and count
         each tensor once even if two operations keep it.
-    Hint 2 (plan): reread the listing of Appendix H: which saved tensor's shape involves the number of queries
+    Hint 2 (plan): reread the listing of Appendix G: which saved tensor's shape involves the number of queries
         and the number of keys together, and which are the inputs? Rewrite each listed shape with N, M, D and Dv.
     Hint 3 (formula): in words, count the entries of each distinct saved tensor, add them, and turn entries into
         bytes.
@@ -68,26 +68,29 @@ def flop_crossover(method, dim_head, size=None):
     raise NotImplementedError("Task 6.3")
 
 
-def key_block_attention(q, k, v, block):
-    """Task 6.4: exact softmax attention computed one block of keys at a time, never holding all N x M scores.
+def blocked_attention_backward(q, k, v, out, lse, dout, block):
+    """Task 6.4: the backward pass of exact attention, one block of keys at a time, from the saved log-sum-exp.
 
-    q: (B, H, N, D), k: (B, H, M, D), v: (B, H, M, Dv), block: how many keys per step (the last block may be
-    shorter; block >= M means one block). No mask.  ->  (out (B, H, N, Dv), lse (B, H, N)), where out equals
-    softmax(q kᵀ / √D) v and lse is each query's log-sum-exp of its scores, log Σ_j exp(q·k_j / √D).
-    Use torch only (not minilin, not F.scaled_dot_product_attention). The grader compares with
-    minilin.attention.softmax_attention on fresh inputs (also with scores large enough to overflow exp), and
-    measures the bytes your function holds at once (every tensor it makes, until it is freed): with small blocks
-    they must stay below half of the (N, M) score matrices. Practises notebook 06, section 3 (the online softmax)
-    in another form: each block's own result, then a merge.
+    q: (B, H, N, D), k: (B, H, M, D), v: (B, H, M, Dv); out = softmax(q kᵀ / √D) v, (B, H, N, Dv), and lse, (B, H, N),
+    each query's log-sum-exp of its scores: what a fused kernel keeps from its forward pass (notebook 06, section 3).
+    dout: (B, H, N, Dv), the gradient of the loss with respect to out. block: how many keys per step (the last
+    block may be shorter; block >= M means one block). No mask.  ->  (dq, dk, dv) with the shapes of q, k and v,
+    the gradients autograd would give. Use torch only (no autograd, not minilin, not F.scaled_dot_product_attention).
+    The grader compares with autograd through minilin.attention.softmax_attention on fresh inputs (also with scores
+    large enough to overflow exp), and measures the bytes your function holds at once (every tensor it makes, until
+    it is freed): with small blocks they must stay below half of the (N, M) score matrices.
 
-    Hint 1 (nudge): for one block of keys, ordinary attention gives a partial output and a log-sum-exp over that
-        block's keys only. How would you combine two such partial results into the result over both blocks?
-    Hint 2 (plan): keep a running output and a running log-sum-exp, starting from "no keys seen" (an output of
-        zeros and a log-sum-exp of minus infinity). For each block: its scores, its log-sum-exp, its own softmax
-        output; then merge it into the running pair.
-    Hint 3 (formula): the merged log-sum-exp is the log of the sum of the exponentials of the two
-        log-sum-exps (torch.logaddexp computes it stably); each partial output is weighted by the exponential of its
-        own log-sum-exp minus the merged one, and the merged output is the sum of the two weighted outputs.
+    Hint 1 (nudge): section 3 checked that the probabilities of a row are exp(score - lse) for that row: one block
+        of keys gives back its own columns of P without the others. Which gradients belong to one block of keys
+        alone, and which collect a part from every block?
+    Hint 2 (plan): before the loop, one number per query from dout and out (the softmax's gradient needs it). Then
+        for each block of keys: its scores and probabilities; the block's gradients of the values and of the keys
+        are its own, written once; the gradient of the queries gets this block's share added.
+    Hint 3 (formula): call the per-query number delta, the dot product of a row of dout with the same row of out.
+        For a block, the gradient of its values is P transposed times dout; the gradient of P is dout times the
+        block's values transposed; the gradient of the scores is P times (the gradient of P minus delta of the
+        row), entry by entry; the queries' gradient adds that times the block's keys, and the keys' gradient is its
+        transpose times the queries, both divided by √D.
     """
     raise NotImplementedError("Task 6.4")
 

@@ -31,17 +31,19 @@ def flop_crossover(method, dim_head, size=None):
     return c // (4 * D) + 1  # the smallest n with 4 n² D > c n, i.e. n > c / 4D
 
 
-def key_block_attention(q, k, v, block):
-    lse = torch.full(q.shape[:-1], -math.inf, dtype=q.dtype, device=q.device)  # no keys seen yet
-    out = torch.zeros(*q.shape[:-1], v.shape[-1], dtype=q.dtype, device=q.device)
+def blocked_attention_backward(q, k, v, out, lse, dout, block):
+    scale = 1 / math.sqrt(q.shape[-1])
+    delta = (dout * out).sum(-1, keepdim=True)  # (B, H, N, 1): the softmax's gradient needs each row's dout · out
+    dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
     for start in range(0, k.shape[-2], block):
-        scores = q @ k[..., start:start + block, :].transpose(-2, -1) / math.sqrt(q.shape[-1])
-        part_lse = torch.logsumexp(scores, dim=-1)  # this block's log-sum-exp, (B, H, N)
-        part_out = torch.softmax(scores, dim=-1) @ v[..., start:start + block, :]  # attention over this block alone
-        merged = torch.logaddexp(lse, part_lse)
-        out = out * torch.exp(lse - merged)[..., None] + part_out * torch.exp(part_lse - merged)[..., None]
-        lse = merged
-    return out, lse
+        keys = slice(start, start + block)
+        kb, vb = k[..., keys, :], v[..., keys, :]
+        p = torch.exp(q @ kb.transpose(-2, -1) * scale - lse[..., None])  # (B, H, N, c): this block's probabilities
+        dv[..., keys, :] = p.transpose(-2, -1) @ dout
+        ds = p * (dout @ vb.transpose(-2, -1) - delta)  # the scores' gradient
+        dq += ds @ kb * scale  # every block of keys adds its share to the queries' gradient
+        dk[..., keys, :] = ds.transpose(-2, -1) @ q * scale
+    return dq, dk, dv
 
 
 def causal_block_work(n, q_block, kv_block):

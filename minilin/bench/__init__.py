@@ -4,6 +4,7 @@
     methods   a name -> fn(q, k, v) by its variant's builder, the tensor factory          get_method, Tensors
     meters    saved bytes, live bytes, FLOPs (also on device="meta"), timers     saved_tensor_bytes, model_case
     sweep     every method × length, interleaved medians, slow / out-of-memory rows      BenchConfig, run
+    rounds    interleaved timing rounds, paired per-round ratios (notebook 06)    interleaved_rounds, paired
     results   the CSV schema, load / write, series, growth exponents, crossovers         load_csv, growth_exponent
     decode    ms per generated token and bytes held between tokens (`bench --decode`)   DecodeConfig, run
     decode_results  its CSV (own schema), crossover context, summary, figure       load_decode_csv, decode_crossover
@@ -38,4 +39,5 @@ from minilin.bench.results import (
     to_frame,
     write_csv,
 )
+from minilin.bench.rounds import attention_call, interleaved_rounds, paired, show, spread, timing_clock
 from minilin.bench.sweep import PASSES, BenchConfig, default_model_lengths, run

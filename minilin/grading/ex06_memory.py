@@ -2,8 +2,9 @@
 
 Task 6.1 generalises notebook 06's saved-bytes count for exact attention to any shape; 6.2 (the saved bytes of
 Linformer, with E = F shared or not) and 6.3 (the length where a linear method's counted FLOPs fall below exact
-attention's) are extend tasks; 6.4 is exact attention over blocks of keys merged by their log-sum-exps (the online
-softmax in another form), checked against softmax_attention and for the bytes it holds at once (live bytes, as bench.LiveBytes counts them); 6.5 is the
+attention's) are extend tasks; 6.4 is exact attention's backward pass one block of keys at a time from the saved log-sum-exp
+(the probabilities rebuilt per block, as a fused kernel's backward does), checked against autograd through
+softmax_attention and for the bytes it holds at once (live bytes, as bench.LiveBytes counts them); 6.5 is the
 predict-then-measure task: the share of the work a causal kernel with rectangular tiles computes, measured with
 FlopCounterMode on a blocked loop. Byte and FLOP counts come from minilin's own code on the meta device.
 """
@@ -114,51 +115,59 @@ def flop_crossover(f):
     yield raises(f("exact", 8, None), "ValueError", why="for a method that is not one of the linear ones")
 
 
-def _lse(q, k):
-    return torch.logsumexp(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), dim=-1)
-
-
-def _small_intermediates(call, b, h, n, m, dv, itemsize=8):
+def _small_intermediates(call, b, h, n, m, itemsize=8):
     """A step: while the call runs, the bytes it holds at once (every tensor it makes, counted until freed) stay
     below half of the B·H·N·M scores, and no single tensor it makes holds that many entries."""
     def judge(got):
         expect(isinstance(got, dict) and "largest" in got, call, f"returned {kind(got)}; expected the function's output")
         half = b * h * n * m // 2
         expect(got["largest"] < half, call, f"made a tensor of {got['largest']} elements, at least half of the "
-               f"B·H·N·M = {2 * half} scores of one (N x M) = ({n} x {m}) matrix per head: compute a block of keys "
-               f"at a time and merge, never all the scores")
+               f"B·H·N·M = {2 * half} scores of one (N x M) = ({n} x {m}) matrix per head: rebuild one block of "
+               f"keys at a time from lse, never all the scores")
         expect(got.get("peak_bytes", 0) < half * itemsize, call, f"held {got.get('peak_bytes')} bytes at once, at "
                f"least the {half * itemsize} bytes of half the B·H·N·M = {2 * half} scores ({n} x {m} per head): "
-               f"merge each block into the running result and let its scores go before the next block")
+               f"use each block's probabilities and let them go before the next block")
     return check(call, judge=judge)
 
 
-@CHAPTER.task("6.4", "key_block_attention", extend=True)
-def key_block_attention(f):
-    """exact attention over blocks of keys, merged by their log-sum-exps (linear memory)"""
+def _autograd(q, k, v, dout):
+    """(out, lse, (dq, dk, dv)): softmax_attention's forward, the scores' log-sum-exp, and autograd's gradients."""
+    q, k, v = (t.detach().clone().requires_grad_() for t in (q, k, v))
+    out = softmax_attention(q, k, v)
+    out.backward(dout)
+    lse = torch.logsumexp(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), dim=-1)
+    return out.detach(), lse.detach(), (q.grad, k.grad, v.grad)
+
+
+@CHAPTER.task("6.4", "blocked_attention_backward", extend=True)
+def blocked_attention_backward(f):
+    """exact attention's backward pass, one block of keys at a time, from the saved log-sum-exp (linear memory)"""
     cases = (((2, 3, 5, 12, 4, 3), 4, 1.0, "blocks that divide M = 12"),
              ((1, 2, 6, 11, 8, 5), 3, 1.0, "a last block shorter than the others (M = 11, blocks of 3)"),
              ((2, 2, 4, 7, 3, 2), 16, 1.0, "one block (block >= M)"),
-             ((2, 2, 5, 9, 4, 4), 2, 40.0, "scores of several hundred: exp overflows without a shift"))
+             ((2, 2, 5, 9, 4, 4), 2, 40.0, "scores of several hundred: exp overflows without lse"))
     for seed, ((b, h, n, m, d, dv), block, scale, name) in enumerate(cases):
-        q = rand(b, h, n, d, seed=60 + 3 * seed, scale=scale)
-        k, v = rand(b, h, m, d, seed=61 + 3 * seed, scale=scale), rand(b, h, m, dv, seed=62 + 3 * seed)
-        call = f(q, k, v, block)
+        q = rand(b, h, n, d, seed=60 + 4 * seed, scale=scale)
+        k, v = rand(b, h, m, d, seed=61 + 4 * seed, scale=scale), rand(b, h, m, dv, seed=62 + 4 * seed)
+        dout = rand(b, h, n, dv, seed=63 + 4 * seed)
+        out, lse, grads = _autograd(q, k, v, dout)
+        call = f(q, k, v, out, lse, dout, block)
 
-        def judge(got, q=q, k=k, v=v, name=name, call=call):
-            expect(isinstance(got, (tuple, list)) and len(got) == 2, call,
-                   f"returned {kind(got)}; expected a pair (out, lse)")
-            out, lse = got
-            expect(isinstance(out, torch.Tensor) and isinstance(lse, torch.Tensor), call,
-                   f"returned ({kind(out)}, {kind(lse)}); expected two tensors")
-            expect_close(out, softmax_attention(q, k, v), call=call, atol=1e-9,
-                         what=f"minilin.attention.softmax_attention(q, k, v), {name}")
-            expect_close(lse, _lse(q, k), call=call, atol=1e-9, what=f"torch.logsumexp of the scores, {name}")
+        def judge(got, grads=grads, name=name, call=call):
+            expect(isinstance(got, (tuple, list)) and len(got) == 3, call,
+                   f"returned {kind(got)}; expected a triple (dq, dk, dv)")
+            for label, mine, ref in zip(("dq", "dk", "dv"), got, grads):
+                expect(isinstance(mine, torch.Tensor), call, f"returned {kind(mine)} for {label}; expected a tensor")
+                expect_close(mine, ref, call=call, atol=1e-9,
+                             what=f"{label} from autograd through minilin.attention.softmax_attention, {name}")
         yield check(call, judge=judge)
     # memory: with blocks of 8 of the 256 keys, the bytes held at once stay below half the scores' (float64); the
-    # reference solution holds about a quarter of that bound, keeping every block's scores holds more than twice it
-    q, k, v = rand(2, 2, 40, 4, seed=90), rand(2, 2, 256, 4, seed=91), rand(2, 2, 256, 3, seed=92)
-    yield _small_intermediates(captured(f(q, k, v, 8), "matmul_shapes"), 2, 2, 40, 256, 3)
+    # gradients themselves are a small part of that (M (D + Dv) against N M / 2 per head), so building them with
+    # lists and torch.cat passes too; keeping every block's probabilities holds twice the bound
+    q, k, v, dout = rand(2, 2, 96, 4, seed=90), rand(2, 2, 256, 4, seed=91), rand(2, 2, 256, 3, seed=92), \
+        rand(2, 2, 96, 3, seed=93)
+    out, lse, _ = _autograd(q, k, v, dout)
+    yield _small_intermediates(captured(f(q, k, v, out, lse, dout, 8), "matmul_shapes"), 2, 2, 96, 256)
 
 
 def _measured_share(n, q_block, kv_block):

@@ -40,42 +40,83 @@ MUTANTS = {
                                             "    if method not in c:\n"
                                             "        raise ValueError(method)\n"
                                             "    return c[method](size) // (4 * D) + 1\n"),
-    # 6.4: each block's partial results merged without the shift: exp of raw scores overflows on large scores
-    "6.4 no shift": ("key_block_attention", "import math, torch\n"
-                     "def key_block_attention(q, k, v, block):\n"
-                     "    num = torch.zeros(*q.shape[:-1], v.shape[-1], dtype=q.dtype)\n"
-                     "    den = torch.zeros(q.shape[:-1], dtype=q.dtype)\n"
-                     "    for s in range(0, k.shape[-2], block):\n"
-                     "        e = torch.exp(q @ k[..., s:s + block, :].transpose(-2, -1) / math.sqrt(q.shape[-1]))\n"
-                     "        num = num + e @ v[..., s:s + block, :]\n"
-                     "        den = den + e.sum(-1)\n"
-                     "    return num / den[..., None], torch.log(den)\n"),
-    # 6.4: the old running output not rescaled when a block raises the log-sum-exp
-    "6.4 no rescale": ("key_block_attention", "import math, torch\n"
-                       "def key_block_attention(q, k, v, block):\n"
-                       "    lse = torch.full(q.shape[:-1], -math.inf, dtype=q.dtype)\n"
-                       "    out = torch.zeros(*q.shape[:-1], v.shape[-1], dtype=q.dtype)\n"
-                       "    for s in range(0, k.shape[-2], block):\n"
-                       "        sc = q @ k[..., s:s + block, :].transpose(-2, -1) / math.sqrt(q.shape[-1])\n"
-                       "        b = torch.logsumexp(sc, -1)\n"
-                       "        new = torch.logaddexp(lse, b)\n"
-                       "        out = out + torch.softmax(sc, -1) @ v[..., s:s + block, :] * torch.exp(b - new)[..., None]\n"
-                       "        lse = new\n"
-                       "    return out, lse\n"),
-    # 6.4: right numbers from the whole score matrix at once (the memory the task removes)
-    "6.4 all scores": ("key_block_attention", "import math, torch\n"
-                       "def key_block_attention(q, k, v, block):\n"
-                       "    s = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])\n"
-                       "    return torch.softmax(s, -1) @ v, torch.logsumexp(s, -1)\n"),
-    # 6.4: right numbers, one block at a time, but every block's scores kept alive in a list until the end
-    "6.4 keeps all blocks": ("key_block_attention", "import math, torch\n"
-                             "def key_block_attention(q, k, v, block):\n"
-                             "    kept = [q @ k[..., s:s + block, :].transpose(-2, -1) / math.sqrt(q.shape[-1])\n"
-                             "            for s in range(0, k.shape[-2], block)]\n"
-                             "    lse = torch.logsumexp(torch.stack([torch.logsumexp(s, -1) for s in kept]), 0)\n"
-                             "    out = sum(torch.exp(s - lse[..., None]) @ v[..., i * block:(i + 1) * block, :]\n"
-                             "              for i, s in enumerate(kept))\n"
-                             "    return out, lse\n"),
+    # 6.4: each block's probabilities normalised within the block (its own softmax), not by the saved lse
+    "6.4 tile softmax": ("blocked_attention_backward", "import math, torch\n"
+               "def blocked_attention_backward(q, k, v, out, lse, dout, block):\n"
+               "    c = 1 / math.sqrt(q.shape[-1])\n"
+               "    delta = (dout * out).sum(-1, keepdim=True)\n"
+               "    dq, dks, dvs = torch.zeros_like(q), [], []\n"
+               "    for s in range(0, k.shape[-2], block):\n"
+               "        kb, vb = k[..., s:s + block, :], v[..., s:s + block, :]\n"
+               "        p = torch.softmax(q @ kb.transpose(-2, -1) * c, -1)\n"
+               "        dvs.append(p.transpose(-2, -1) @ dout)\n"
+               "        ds = p * (dout @ vb.transpose(-2, -1) - delta)\n"
+               "        dq = dq + ds @ kb * c\n"
+               "        dks.append(ds.transpose(-2, -1) @ q * c)\n"
+               "    return dq, torch.cat(dks, -2), torch.cat(dvs, -2)\n"),
+    # 6.4: the saved lse divided out after exp: exp of raw scores overflows on large scores
+    "6.4 no shift": ("blocked_attention_backward", "import math, torch\n"
+               "def blocked_attention_backward(q, k, v, out, lse, dout, block):\n"
+               "    c = 1 / math.sqrt(q.shape[-1])\n"
+               "    delta = (dout * out).sum(-1, keepdim=True)\n"
+               "    dq, dks, dvs = torch.zeros_like(q), [], []\n"
+               "    for s in range(0, k.shape[-2], block):\n"
+               "        kb, vb = k[..., s:s + block, :], v[..., s:s + block, :]\n"
+               "        p = torch.exp(q @ kb.transpose(-2, -1) * c) / torch.exp(lse)[..., None]\n"
+               "        dvs.append(p.transpose(-2, -1) @ dout)\n"
+               "        ds = p * (dout @ vb.transpose(-2, -1) - delta)\n"
+               "        dq = dq + ds @ kb * c\n"
+               "        dks.append(ds.transpose(-2, -1) @ q * c)\n"
+               "    return dq, torch.cat(dks, -2), torch.cat(dvs, -2)\n"),
+    # 6.4: the softmax's gradient without its row term delta (dS = P * dP)
+    "6.4 no delta": ("blocked_attention_backward", "import math, torch\n"
+               "def blocked_attention_backward(q, k, v, out, lse, dout, block):\n"
+               "    c = 1 / math.sqrt(q.shape[-1])\n"
+               "    delta = (dout * out).sum(-1, keepdim=True)\n"
+               "    dq, dks, dvs = torch.zeros_like(q), [], []\n"
+               "    for s in range(0, k.shape[-2], block):\n"
+               "        kb, vb = k[..., s:s + block, :], v[..., s:s + block, :]\n"
+               "        p = torch.exp(q @ kb.transpose(-2, -1) * c - lse[..., None])\n"
+               "        dvs.append(p.transpose(-2, -1) @ dout)\n"
+               "        ds = p * (dout @ vb.transpose(-2, -1))\n"
+               "        dq = dq + ds @ kb * c\n"
+               "        dks.append(ds.transpose(-2, -1) @ q * c)\n"
+               "    return dq, torch.cat(dks, -2), torch.cat(dvs, -2)\n"),
+    # 6.4: the 1/sqrt(D) of the scores forgotten in dq and dk
+    "6.4 no scale": ("blocked_attention_backward", "import math, torch\n"
+               "def blocked_attention_backward(q, k, v, out, lse, dout, block):\n"
+               "    c = 1 / math.sqrt(q.shape[-1])\n"
+               "    delta = (dout * out).sum(-1, keepdim=True)\n"
+               "    dq, dks, dvs = torch.zeros_like(q), [], []\n"
+               "    for s in range(0, k.shape[-2], block):\n"
+               "        kb, vb = k[..., s:s + block, :], v[..., s:s + block, :]\n"
+               "        p = torch.exp(q @ kb.transpose(-2, -1) * c - lse[..., None])\n"
+               "        dvs.append(p.transpose(-2, -1) @ dout)\n"
+               "        ds = p * (dout @ vb.transpose(-2, -1) - delta)\n"
+               "        dq = dq + ds @ kb\n"
+               "        dks.append(ds.transpose(-2, -1) @ q)\n"
+               "    return dq, torch.cat(dks, -2), torch.cat(dvs, -2)\n"),
+    # 6.4: right numbers from the whole probability matrix at once (the memory the task removes)
+    "6.4 all scores": ("blocked_attention_backward", "import math, torch\n"
+               "def blocked_attention_backward(q, k, v, out, lse, dout, block):\n"
+               "    c = 1 / math.sqrt(q.shape[-1])\n"
+               "    p = torch.exp(q @ k.transpose(-2, -1) * c - lse[..., None])\n"
+               "    ds = p * (dout @ v.transpose(-2, -1) - (dout * out).sum(-1, keepdim=True))\n"
+               "    return ds @ k * c, ds.transpose(-2, -1) @ q * c, p.transpose(-2, -1) @ dout\n"),
+    # 6.4: right numbers, one block at a time, but every block's probabilities kept alive until the end
+    "6.4 keeps all blocks": ("blocked_attention_backward", "import math, torch\n"
+               "def blocked_attention_backward(q, k, v, out, lse, dout, block):\n"
+               "    c = 1 / math.sqrt(q.shape[-1])\n"
+               "    delta = (dout * out).sum(-1, keepdim=True)\n"
+               "    dq, dks, dvs = torch.zeros_like(q), [], []\n"
+               "    for s in range(0, k.shape[-2], block):\n"
+               "        kb, vb = k[..., s:s + block, :], v[..., s:s + block, :]\n"
+               "        p = torch.exp(q @ kb.transpose(-2, -1) * c - lse[..., None])\n"
+               "        dvs.append(p.transpose(-2, -1) @ dout)\n"
+               "        dks.append(p)\n"
+               "    dks = [(p * (dout @ v[..., i * block:(i + 1) * block, :].transpose(-2, -1) - delta)) for i, p in enumerate(dks)]\n"
+               "    dq = sum(ds @ k[..., i * block:(i + 1) * block, :] * c for i, ds in enumerate(dks))\n"
+               "    return dq, torch.cat([ds.transpose(-2, -1) @ q * c for ds in dks], -2), torch.cat(dvs, -2)\n"),
     # 6.5: "a causal kernel does half the work", whatever its blocks
     "6.5 half": ("causal_block_work", "def causal_block_work(n, q_block, kv_block):\n"
                  "    return 0.5\n"),
