@@ -9,8 +9,9 @@ with the gates computed from x (RetNet's γ is a fixed buffer):
     GatedDeltaNetSelfAttention  S_t = α_t (I − β_t k_t k_tᵀ) S_{t-1} + β_t k_t v_tᵀ   α_t = exp(−A softplus(W_α x_t + b))
     and o_t = S_tᵀ q_t / √Dk (minilin/gated.py states the equations and their papers).
 
-Around the recurrence, the layers are built as the papers and flash-linear-attention 0.x's layers (fla,
-`fla/layers/*.py`) build them, each piece an option with fla's default:
+Around the recurrence, the layers are built as the papers and flash-linear-attention's layers build them (fla,
+github.com/fla-org/flash-linear-attention, `fla/layers/*.py`; the fla-core 0.6.0 wheel ships the kernels only), each
+piece an option with fla's default:
 - positions: GLA, DeltaNet and Gated DeltaNet rotate nothing; their positions come from the recurrence (its
   order and gates), and TinyLM's rotary embedding is never handed to them (`takes_rotary = False`). Retention
   keeps it: RetNet's retention rotates q and k by e^{inθ} (arXiv 2307.08621 eq. 3-5, xPos) and fla's
@@ -27,9 +28,10 @@ The gates come from x, not from q, k, v: `forward` computes them (`gates(x)`) an
 
 Causal only: a recurrence reads the tokens in order, so `causal` defaults to True and causal=False raises a
 ValueError. Padding (mask (B, N) bool, True = real token): a padded token is made a no-op, k = v = 0, log-decay 0
-and β = 0, so the state passes it unchanged: the outputs at real positions are those of the sequence without its
-pads (exactly so in exact arithmetic; in floating point up to the round-off of where the chunks fall).
-`step(x_t, state)` decodes with gated.step, token by token, from a `GatedState` (the matrix and a position).
+and β = 0, so the state passes it unchanged, and the short convolutions read the real tokens only: the outputs at
+real positions are those of the sequence without its pads (exactly so in exact arithmetic; in floating point up to
+the round-off of where the chunks fall). `step(x_t, state)` decodes with gated.step, token by token, from a
+`GatedState` (the matrix, a position and the convolutions' last inputs).
 
 Also here: the benchmark's builders (`Variant.bench` of the four registry entries), fn(q, k, v) with fixed gates.
 """
