@@ -9,7 +9,8 @@ query: o_t = S_tᵀ (scale · q_t). Linear attention (minilin.linear, unnormalis
     gated_delta_rule  S_t = α_t (I − β_t k_t k_tᵀ) S_{t-1} + β_t k_t v_tᵀ  Gated DeltaNet, arXiv 2412.06464, eq. 10
 
 γ: (H,) in (0, 1], one decay per head. g: (B, H, N, Dk) ≤ 0, a log-gate per key feature (a (B, H, N) gate, one
-per head as in Mamba-2, is taken too). β: (B, H, N) in [0, 1], the delta rule's step size. α = exp(log_alpha),
+per head as in Mamba-2, is taken too). β: (B, H, N), the delta rule's step size, with 0 <= β_t|k_t|² <= 1
+(or 2 with allow_neg_eigval=True, negative eigenvalues; arXiv 2411.12537): the stability rule, checked. α = exp(log_alpha),
 log_alpha (B, H, N) ≤ 0. All are causal: o_t depends on tokens ≤ t only.
 
 `recurrent_reference` runs the recurrence token by token (the definition; tests, notebook 09 and the grader
@@ -88,12 +89,27 @@ def _check_log_gate(name, g, q, *, per_feature):
                          f"maximum of {float(g.max()):.3g}; pass F.logsigmoid(logits) or -F.softplus(logits)")
 
 
-def _check_beta(beta, q):
+def _check_beta(beta, q, k=None, *, allow_neg_eigval=False):
+    """beta >= 0, and with k the stability rule: the delta rule's transition I − β_t k_t k_tᵀ has eigenvalues 1 and
+    1 − β_t|k_t|², so the state cannot grow iff 0 <= β_t|k_t|² <= 2. Without allow_neg_eigval the bound is 1
+    (eigenvalues in [0, 1], DeltaNet's unit keys and sigmoid β); with it 2 (eigenvalues down to −1: Grazzi et al.,
+    arXiv 2411.12537; fla's allow_neg_eigval). A few ulps of the keys' dtype are allowed (normalised keys)."""
     _check_per_token("beta", beta, q, how="e.g. torch.sigmoid(x @ w_beta) split into heads")
-    if _any((beta < 0) | (beta > 1)):
-        raise ValueError(f"beta must lie in [0, 1] (the delta rule's step size; above 1 it overshoots and can "
-                         f"diverge), got values in [{float(beta.min()):.3g}, {float(beta.max()):.3g}]; pass "
-                         "torch.sigmoid(logits)")
+    if _any(beta < 0):
+        raise ValueError(f"beta must be >= 0 (the delta rule's step size), got a minimum of {float(beta.min()):.3g}; "
+                         "pass torch.sigmoid(logits)")
+    if k is None:
+        return
+    limit = 2.0 if allow_neg_eigval else 1.0
+    step = beta.to(_compute_dtype(k)) * k.to(_compute_dtype(k)).pow(2).sum(-1)  # (B, H, N): β_t |k_t|²
+    if _any(step > limit * (1 + 8 * torch.finfo(k.dtype).eps)):
+        fix = ("or allow_neg_eigval=True to allow up to 2 (eigenvalues down to −1, Grazzi et al. arXiv 2411.12537; "
+               "then beta = 2 * torch.sigmoid(logits) with unit keys)" if not allow_neg_eigval else
+               "beyond 2 the eigenvalue 1 − β|k|² is below −1 and the state grows without bound")
+        raise ValueError(f"beta * |k|^2 must lie in [0, {limit:g}] for every token (the delta rule's transition "
+                         f"I − β k kᵀ has eigenvalues 1 and 1 − β|k|²; the state cannot grow only while |1 − β|k|²| "
+                         f"<= 1), got a maximum of {float(step.max()):.3g}; normalise the keys "
+                         f"(F.normalize(k, dim=-1)) and pass beta = torch.sigmoid(logits), {fix}")
 
 
 def _check_state(state, q, v):
@@ -155,7 +171,9 @@ def recurrent_reference(q, k, v, *, log_decay=None, beta=None, scale=None, initi
     """The definition, token by token (`step` N times): the reference every chunked form is tested against.
 
     q, k: (B, H, N, Dk)   v: (B, H, N, Dv)   log_decay: None, (B, H, N) or (B, H, N, Dk), <= 0
-    beta: None or (B, H, N) in [0, 1]   initial_state: (B, H, Dk, Dv) or None (zeros)
+    beta: None or (B, H, N) >= 0 (any size: the definition is computed as written, stable or not; the chunked
+    delta_rule and gated_delta_rule check the stability rule 0 <= β|k|² <= 1, or 2)
+    initial_state: (B, H, Dk, Dv) or None (zeros)
     returns o (B, H, N, Dv), or (o, final state) with return_state=True.
     """
     _check_qkv(q, k, v, 1)
@@ -324,30 +342,34 @@ def gla(q, k, v, log_gate, *, scale=None, initial_state=None, return_state=False
     return _run(q, k, v, log_gate, None, scale, initial_state, return_state, chunk_size)
 
 
-def delta_rule(q, k, v, beta, *, scale=None, initial_state=None, return_state=False, chunk_size=64):
+def delta_rule(q, k, v, beta, *, scale=None, initial_state=None, return_state=False, chunk_size=64,
+               allow_neg_eigval=False):
     """DeltaNet (arXiv 2406.06484 eq. 2): S_t = S_{t-1} + β_t k_t (v_t − S_{t-1}ᵀ k_t)ᵀ, o_t = S_tᵀ(scale·q_t).
 
     The state writes the error of its own prediction S_{t-1}ᵀ k_t, not the value: an online least-squares
     step (with unit-norm keys and β = 1, reading k_t back gives exactly v_t).
-    q, k: (B, H, N, Dk)   v: (B, H, N, Dv)   beta: (B, H, N) in [0, 1]
+    q, k: (B, H, N, Dk)   v: (B, H, N, Dv)   beta: (B, H, N) with 0 <= β_t|k_t|² <= 1 (<= 2 with
+    allow_neg_eigval=True: the transition's eigenvalue 1 − β|k|² may then be negative, down to −1; arXiv
+    2411.12537); outside, the state can grow without bound, and a ValueError says so.
     returns o (B, H, N, Dv), or (o, final state) with return_state=True.
     """
     _check_qkv(q, k, v, chunk_size)
-    _check_beta(beta, q)
+    _check_beta(beta, q, k, allow_neg_eigval=allow_neg_eigval)
     _check_state(initial_state, q, v)
     return _run(q, k, v, None, beta, scale, initial_state, return_state, chunk_size)
 
 
 def gated_delta_rule(q, k, v, beta, log_alpha, *, scale=None, initial_state=None, return_state=False,
-                     chunk_size=64):
+                     chunk_size=64, allow_neg_eigval=False):
     """Gated DeltaNet (arXiv 2412.06464 eq. 10): S_t = α_t (I − β_t k_t k_tᵀ) S_{t-1} + β_t k_t v_tᵀ.
 
-    q, k: (B, H, N, Dk)   v: (B, H, N, Dv)   beta: (B, H, N) in [0, 1]   log_alpha: (B, H, N) <= 0
+    q, k: (B, H, N, Dk)   v: (B, H, N, Dv)   beta: (B, H, N) with 0 <= β_t|k_t|² <= 1 (2 with allow_neg_eigval,
+    as delta_rule)   log_alpha: (B, H, N) <= 0
     returns o (B, H, N, Dv), or (o, final state) with return_state=True.
     """
     _check_qkv(q, k, v, chunk_size)
-    _check_beta(beta, q)
     _check_log_gate("log_alpha", log_alpha, q, per_feature=False)
+    _check_beta(beta, q, k, allow_neg_eigval=allow_neg_eigval)
     _check_state(initial_state, q, v)
     return _run(q, k, v, log_alpha, beta, scale, initial_state, return_state, chunk_size)
 

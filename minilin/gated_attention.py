@@ -9,16 +9,29 @@ with the gates computed from x (RetNet's γ is a fixed buffer):
     GatedDeltaNetSelfAttention  S_t = α_t (I − β_t k_t k_tᵀ) S_{t-1} + β_t k_t v_tᵀ   α_t = exp(−A softplus(W_α x_t + b))
     and o_t = S_tᵀ q_t / √Dk (minilin/gated.py states the equations and their papers).
 
-Only the recurrence and its gates are kept: RetNet's GroupNorm and swish output gate, GLA's output gate and
-DeltaNet's short convolutions are left out, so each module differs from MultiHeadSelfAttention only in how it
-mixes values. The gates come from x, not from q, k, v: `forward` computes them (`gates(x)`) and hands them to
-`mix(q, k, v, gates=...)`.
+Around the recurrence, the layers are built as the papers and flash-linear-attention's layers build them (fla,
+github.com/fla-org/flash-linear-attention, `fla/layers/*.py`; the fla-core 0.6.0 wheel ships the kernels only), each
+piece an option with fla's default:
+- positions: GLA, DeltaNet and Gated DeltaNet rotate nothing; their positions come from the recurrence (its
+  order and gates), and TinyLM's rotary embedding is never handed to them (`takes_rotary = False`). Retention
+  keeps it: RetNet's retention rotates q and k by e^{inθ} (arXiv 2307.08621 eq. 3-5, xPos) and fla's
+  MultiScaleRetention applies a RotaryEmbedding too.
+- `conv_size` (DeltaNet, Gated DeltaNet: 4; retention, GLA: 0 = off, as fla's use_short_conv): a short causal
+  depthwise convolution with SiLU on each of q, k, v after its projection (`ShortConv`, fla's ShortConvolution).
+  The delta layers apply SiLU to q, k, v without it too, and then L2-normalise q and k (fla's qk_activation="silu",
+  qk_norm="l2").
+- the output: RMSNorm per head (fla's o_norm / g_norm, always on), times SiLU(W_g x) when `output_gate` (retention,
+  GLA, Gated DeltaNet: on; DeltaNet: off, fla's use_gate=False); fla's FusedRMSNormGated.
+Left out: fla's expand_k / expand_v (key and value heads here are dim_head wide) and grouped heads.
+The gates come from x, not from q, k, v: `forward` computes them (`gates(x)`) and hands them to
+`mix(q, k, v, gates=...)`, which is the recurrence alone.
 
 Causal only: a recurrence reads the tokens in order, so `causal` defaults to True and causal=False raises a
 ValueError. Padding (mask (B, N) bool, True = real token): a padded token is made a no-op, k = v = 0, log-decay 0
-and β = 0, so the state passes it unchanged: the outputs at real positions are those of the sequence without its
-pads (exactly so in exact arithmetic; in floating point up to the round-off of where the chunks fall).
-`step(x_t, state)` decodes with gated.step, token by token, from a `GatedState` (the matrix and a position).
+and β = 0, so the state passes it unchanged, and the short convolutions read the real tokens only: the outputs at
+real positions are those of the sequence without its pads (exactly so in exact arithmetic; in floating point up to
+the round-off of where the chunks fall). `step(x_t, state)` decodes with gated.step, token by token, from a
+`GatedState` (the matrix, a position and the convolutions' last inputs).
 
 Also here: the benchmark's builders (`Variant.bench` of the four registry entries), fn(q, k, v) with fixed gates.
 """
@@ -45,25 +58,79 @@ def _compute_dtype(t):
 @dataclass
 class GatedState:
     """The recurrent state of one layer between decoding calls: S (B, H, Dk, Dv) (float32 for half inputs) and
-    position, the number of tokens consumed (the rotary offset of the next one)."""
+    position, the number of tokens consumed (the rotary offset of the next one), and conv: the short
+    convolutions' last conv_size − 1 inputs of q, k and v ((B, conv_size − 1, H·Dh) each), or None without them."""
     S: torch.Tensor
     position: int = 0
+    conv: tuple | None = None
+
+
+class ShortConv(nn.Module):
+    """A short causal depthwise convolution with SiLU (fla's ShortConvolution, activation="silu"; H3 / Mamba's conv):
+        y_t = SiLU(Σ_{j=0}^{K−1} w_{K−1−j} ⊙ x_{t−j}),  x_s = 0 for s < 0 (or the cached inputs).
+
+    x (B, N, C) -> (y (B, N, C), cache (B, K−1, C)); `cache` holds the K−1 inputs before x (decoding). Weight
+    (C, 1, K) as nn.Conv1d's, initialised as it is; no bias (fla's conv_bias=False). `mask` (B, N) bool: the real
+    tokens are convolved as one sequence without the pads (pads never reach a real token).
+    """
+
+    def __init__(self, channels, kernel_size=4):
+        super().__init__()
+        if not isinstance(kernel_size, int) or isinstance(kernel_size, bool) or kernel_size < 2:
+            raise ValueError(f"conv_size must be an int >= 2 (0 turns the short convolution off), got {kernel_size!r}")
+        self.kernel_size = kernel_size
+        self.weight = nn.Parameter(torch.empty(channels, 1, kernel_size))
+        nn.init.kaiming_uniform_(self.weight, a=math.sqrt(5))  # nn.Conv1d's default
+
+    def forward(self, x, cache=None, mask=None):
+        B, N, C = x.shape
+        if mask is not None:  # the real tokens first, in order, then the pads (zeroed): convolve, put back
+            order = torch.sort((~mask).to(torch.int8), dim=1, stable=True).indices  # (B, N)
+            idx = order[..., None].expand(B, N, C)
+            packed = x.gather(1, idx).masked_fill(~mask.gather(1, order)[..., None], 0.0)
+            y, cache = self(packed, cache)
+            return torch.empty_like(y).scatter(1, idx, y), cache
+        past = x.new_zeros(B, self.kernel_size - 1, C) if cache is None else cache.to(x.dtype)
+        xp = torch.cat([past, x], dim=1)  # (B, K − 1 + N, C)
+        y = (F.conv1d(xp.transpose(1, 2), self.weight, groups=C).transpose(1, 2) if N else x)  # (B, N, C)
+        return F.silu(y), xp[:, xp.shape[1] - (self.kernel_size - 1):]
 
 
 class _GatedSelfAttention(MultiHeadSelfAttention):
-    """What the four modules share: causal-only forward, padding as no-op tokens, and `step`.
+    """What the four modules share: the short convolutions, causal-only forward, padding as no-op tokens, the output
+    norm and gate, and `step`.
 
     A subclass defines `gates(x)` -> {name: tensor} in its pure function's argument names (heads layout,
     (B, H, N) or (B, H, N, Dk)) and `recurrence(q, k, v, **gates)`, the gated.py call. `step_gates` turns
     gates into gated.step's (log_decay, beta) per token.
     """
     recurrent = True
+    takes_rotary = False   # positions come from the recurrence (retention overrides: RetNet's xPos rotation)
+    qkv_silu = False       # SiLU on q, k, v without the short convolution (the delta layers, as fla's)
+    unit_qk = False        # L2-normalise q and k (the delta layers)
 
-    def __init__(self, dim, heads=8, *, dim_head=None, dropout=0.0, bias=False, chunk_size=64):
+    def __init__(self, dim, heads=8, *, dim_head=None, dropout=0.0, bias=False, chunk_size=64, conv_size=0,
+                 output_gate=True):
         super().__init__(dim, heads, dim_head=dim_head, dropout=dropout, bias=bias)
         if not isinstance(chunk_size, int) or isinstance(chunk_size, bool) or chunk_size < 1:
             raise ValueError(f"chunk_size must be a positive int, got {chunk_size!r}")
         self.chunk_size = chunk_size
+        inner = heads * self.dim_head
+        self.convs = nn.ModuleList(ShortConv(inner, conv_size) for _ in "qkv") if conv_size else None
+        self.out_norm = nn.RMSNorm(self.dim_head, eps=1e-5)  # per head, weight shared by the heads (fla's)
+        self.to_out_gate = nn.Linear(dim, inner, bias=False) if output_gate else None
+
+    @property
+    def rotary(self):
+        return self.__dict__.get("_rotary")
+
+    @rotary.setter
+    def rotary(self, value):
+        if value is not None and not self.takes_rotary:
+            raise ValueError(f"{type(self).__name__} takes no rotary embedding: its positions come from the "
+                             "recurrence (neither its paper nor fla's layer rotates q and k); TinyLM hands RoPE "
+                             "only to the layers with takes_rotary = True")
+        self.__dict__["_rotary"] = value
 
     def split_gate(self, t):
         """(B, N, H) -> (B, H, N): one gate per head and token."""
@@ -75,6 +142,31 @@ class _GatedSelfAttention(MultiHeadSelfAttention):
     def step_gates(self, gates):
         """gates -> (log_decay (B, H, N[, Dk]) or None, beta (B, H, N) or None), in gated.step's terms."""
         raise NotImplementedError
+
+    def _project(self, x, mask=None, cache=None):
+        """x (B, N, dim) -> (q, k, v (B, H, N, Dh) as the recurrence reads them, the convolutions' new cache)."""
+        qkv = [f(x) for f in (self.to_q, self.to_k, self.to_v)]  # (B, N, H·Dh) each
+        new_cache = None
+        if self.convs is not None:
+            qkv, new_cache = zip(*(conv(t, None if cache is None else c, mask)
+                                   for conv, t, c in zip(self.convs, qkv, cache or (None,) * 3)))
+        elif self.qkv_silu:
+            qkv = [F.silu(t) for t in qkv]
+        q, k, v = (self.split_heads(t) for t in qkv)
+        if self.unit_qk:  # then I − β k kᵀ has norm <= 1 for β in [0, 2]
+            q, k = F.normalize(q, dim=-1), F.normalize(k, dim=-1)
+        return q, k, v, (None if new_cache is None else tuple(new_cache))
+
+    def project(self, x, mask=None):
+        """x (B, N, dim) -> q, k, v (B, H, N, Dh) after the projections, short convolutions and feature map."""
+        return self._project(x, mask)[:3]
+
+    def finish(self, out, x):
+        """The recurrence's output (B, H, N, Dh) -> (B, N, dim): RMSNorm per head, the SiLU gate, to_out."""
+        out = self.out_norm(out)
+        if self.to_out_gate is not None:
+            out = out * F.silu(self.split_heads(self.to_out_gate(x)))
+        return self.dropout(self.to_out(self.merge_heads(out)))
 
     def mix(self, q, k, v, *, mask=None, causal=True, gates=None):
         """The recurrence on given q, k, v (B, H, N, Dh) and gates (this module's `gates(x)`; retention's may be
@@ -97,20 +189,22 @@ class _GatedSelfAttention(MultiHeadSelfAttention):
         self.check_input(x)
         if not causal:
             raise ValueError(CAUSAL_ONLY.format(name=type(self).__name__))
-        q, k, v = self.project(x)  # (B, H, N, Dh)
+        if mask is not None:
+            check_mask(mask, batch=x.shape[0], length=x.shape[1])
+        q, k, v, _ = self._project(x, mask)  # (B, H, N, Dh)
         if self.rotary is not None:
             q, k = self.rotary(q, k, 0)
-        out = self.mix(q, k, v, mask=mask, causal=True, gates=self.gates(x))  # (B, H, N, Dh)
-        return self.dropout(self.to_out(self.merge_heads(out)))
+        return self.finish(self.mix(q, k, v, mask=mask, causal=True, gates=self.gates(x)), x)
 
     def step(self, x_t, state=None):
         """Causal decoding of the next token(s) x_t (B, T, dim) with a (B, H, Dk, Dv) state: (y_t, GatedState).
 
-        gated.step once per token (q scaled by Dk^-1/2 as the chunked functions do); applies
-        self.rotary(q, k, position) when set. Equals forward(x, causal=True) position by position.
+        gated.step once per token (q scaled by Dk^-1/2 as the chunked functions do); the short convolutions
+        continue from the state's cache; retention applies self.rotary(q, k, position) when set. Equals
+        forward(x, causal=True) position by position.
         """
         self.check_input(x_t, "x_t")
-        q, k, v = self.project(x_t)  # (B, H, T, Dh)
+        q, k, v, conv = self._project(x_t, None, None if state is None else state.conv)  # (B, H, T, Dh)
         position = 0 if state is None else state.position
         if self.rotary is not None:
             q, k = self.rotary(q, k, position)
@@ -126,8 +220,7 @@ class _GatedSelfAttention(MultiHeadSelfAttention):
                               beta_t=None if beta is None else beta[:, :, t].to(dtype))
             outs.append(o)  # (B, H, Dv)
         out = torch.stack(outs, dim=2) if outs else v.new_zeros(B, H, 0, v.shape[-1])  # (B, H, T, Dv)
-        y = self.to_out(self.merge_heads(out.to(x_t.dtype)))
-        return self.dropout(y), GatedState(S, position + T)
+        return self.finish(out.to(x_t.dtype), x_t), GatedState(S, position + T, conv)
 
 
 class RetentionSelfAttention(_GatedSelfAttention):
@@ -135,12 +228,17 @@ class RetentionSelfAttention(_GatedSelfAttention):
 
     x (B, N, dim) -> (B, N, dim). Buffer `gamma` (H,): γ_h = 1 − 2^(−5−h) (gated.retention_gammas), fixed; it is
     not saved in the state_dict (a function of `heads`). Through gated.retention; with a mask through gated.gla
-    with the per-token decay log γ_h at real tokens and 0 at pads (no-ops).
+    with the per-token decay log γ_h at real tokens and 0 at pads (no-ops). It takes the model's rotary embedding
+    (RetNet's Θ_n = e^{inθ}, eq. 3-5, rotates q and k; fla's MultiScaleRetention too). Options as fla's layer:
+    conv_size=0 (no short convolution), output_gate=True (RetNet's swish gate, fla's RMSNorm gated by SiLU).
     """
     gates_needed = ("log_gate",)
+    takes_rotary = True
 
-    def __init__(self, dim, heads=8, *, dim_head=None, dropout=0.0, bias=False, chunk_size=64):
-        super().__init__(dim, heads, dim_head=dim_head, dropout=dropout, bias=bias, chunk_size=chunk_size)
+    def __init__(self, dim, heads=8, *, dim_head=None, dropout=0.0, bias=False, chunk_size=64, conv_size=0,
+                 output_gate=True):
+        super().__init__(dim, heads, dim_head=dim_head, dropout=dropout, bias=bias, chunk_size=chunk_size,
+                         conv_size=conv_size, output_gate=output_gate)
         self.register_buffer("gamma", gated.retention_gammas(heads).float(), persistent=False)
 
     def _log_decay(self, t):
@@ -171,13 +269,15 @@ class GLASelfAttention(_GatedSelfAttention):
 
     x (B, N, dim) -> (B, N, dim). g_t = logsigmoid(W2 W1 x_t) / gate_logit_normalizer, (B, H, N, Dh) ≤ 0: a decay
     per head and key feature through a rank-`gate_low_rank_dim` projection `to_gate` (dim -> 16 -> H·Dh), divided
-    by the paper's temperature 16 so that gates start near 1 (fla's GatedLinearAttention has the same).
+    by the paper's temperature 16 so that gates start near 1 (fla's GatedLinearAttention has the same). No rotary
+    embedding; options as fla's layer: conv_size=0, output_gate=True (GLA §4.4's swish output gate after a norm).
     """
     gates_needed = ("log_gate",)
 
     def __init__(self, dim, heads=8, *, dim_head=None, dropout=0.0, bias=False, chunk_size=64, gate_low_rank_dim=16,
-                 gate_logit_normalizer=16.0):
-        super().__init__(dim, heads, dim_head=dim_head, dropout=dropout, bias=bias, chunk_size=chunk_size)
+                 gate_logit_normalizer=16.0, conv_size=0, output_gate=True):
+        super().__init__(dim, heads, dim_head=dim_head, dropout=dropout, bias=bias, chunk_size=chunk_size,
+                         conv_size=conv_size, output_gate=output_gate)
         if not gate_logit_normalizer > 0:
             raise ValueError(f"gate_logit_normalizer must be > 0 (it divides the log-gate), got "
                              f"{gate_logit_normalizer!r}")
@@ -199,37 +299,48 @@ class GLASelfAttention(_GatedSelfAttention):
 class DeltaNetSelfAttention(_GatedSelfAttention):
     """DeltaNet (arXiv 2406.06484 eq. 2, §3.3): S_t = S_{t-1} + β_t k_t (v_t − S_{t-1}ᵀ k_t)ᵀ, o_t = S_tᵀq_t/√Dk.
 
-    x (B, N, dim) -> (B, N, dim). q and k are L2-normalised per head (`project`; then I − β k kᵀ has norm ≤ 1
-    and the state cannot blow up); β_t = sigmoid(to_beta(x_t)) (B, H, N) in [0, 1], one step size per head.
+    x (B, N, dim) -> (B, N, dim). As fla's DeltaNet layer: q, k, v through the short convolutions with SiLU
+    (conv_size=4; SiLU alone with conv_size=0), then q and k L2-normalised per head; β_t = sigmoid(to_beta(x_t))
+    (B, H, N), one step size per head; the output RMSNorm-ed per head, without a gate (output_gate=False, fla's
+    use_gate=False). No rotary embedding. Stability: the transition I − β k kᵀ has eigenvalues 1 and 1 − β|k|²,
+    so the state cannot grow when 0 ≤ β|k|² ≤ 2; with unit keys β in [0, 1] keeps every eigenvalue in [0, 1].
+    allow_neg_eigval=True doubles β (2·sigmoid, in [0, 2]) so that eigenvalues reach down to −1 (fla's
+    allow_neg_eigval; Grazzi et al., "Unlocking State-Tracking in Linear RNNs Through Negative Eigenvalues",
+    arXiv 2411.12537).
     """
     gates_needed = ("beta",)
+    qkv_silu = True
+    unit_qk = True
 
-    def __init__(self, dim, heads=8, *, dim_head=None, dropout=0.0, bias=False, chunk_size=64):
-        super().__init__(dim, heads, dim_head=dim_head, dropout=dropout, bias=bias, chunk_size=chunk_size)
+    def __init__(self, dim, heads=8, *, dim_head=None, dropout=0.0, bias=False, chunk_size=64, conv_size=4,
+                 output_gate=False, allow_neg_eigval=False):
+        super().__init__(dim, heads, dim_head=dim_head, dropout=dropout, bias=bias, chunk_size=chunk_size,
+                         conv_size=conv_size, output_gate=output_gate)
         self.to_beta = nn.Linear(dim, heads)
-
-    def project(self, x):
-        q, k, v = super().project(x)
-        return F.normalize(q, dim=-1), F.normalize(k, dim=-1), v  # (B, H, N, Dh), unit q and k
+        self.allow_neg_eigval = bool(allow_neg_eigval)
 
     def gates(self, x):
-        return {"beta": self.split_gate(torch.sigmoid(self.to_beta(x)))}  # (B, H, N)
+        beta = torch.sigmoid(self.to_beta(x)) * (2.0 if self.allow_neg_eigval else 1.0)  # (B, N, H)
+        return {"beta": self.split_gate(beta)}  # (B, H, N)
 
     def step_gates(self, gates):
         return None, gates["beta"]
 
     def recurrence(self, q, k, v, *, masked, beta):
-        return gated.delta_rule(q, k, v, beta, chunk_size=self.chunk_size)
+        return gated.delta_rule(q, k, v, beta, chunk_size=self.chunk_size, allow_neg_eigval=self.allow_neg_eigval)
 
 
 class GatedDeltaNetSelfAttention(DeltaNetSelfAttention):
     """Gated DeltaNet (arXiv 2412.06464 eq. 10): S_t = α_t (I − β_t k_t k_tᵀ) S_{t-1} + β_t k_t v_tᵀ.
 
-    x (B, N, dim) -> (B, N, dim). DeltaNet's unit q, k and β, plus a decay per head and token in Mamba-2's
-    parameterisation (as flash-linear-attention's GatedDeltaNet layer has it):
+    x (B, N, dim) -> (B, N, dim). DeltaNet's short convolutions, SiLU, unit q, k and β, plus a decay per head and
+    token in Mamba-2's form (arXiv 2405.21060) as flash-linear-attention's GatedDeltaNet layer has it:
         log α_t = −A_h · softplus(to_alpha(x_t) + dt_bias_h) ≤ 0   (B, H, N),
-    with A_h drawn from U(0, 16) (kept as its log, `A_log`) and dt_bias_h the inverse softplus of a step Δ_h
-    drawn log-uniformly from [0.001, 0.1]. At the start of training α_t ≈ exp(−A_h Δ_h), per token: its median
+    with dt_bias_h the inverse softplus of a step Δ_h drawn log-uniformly from [0.001, 0.1] (Mamba-2's dt
+    init) and A_h drawn from U(0, 16), kept as its log `A_log`: U(0, 16) is fla's GatedDeltaNet default;
+    Mamba-2's own is U(1, 16). As fla's layer, the output is RMSNorm-ed per head and gated by SiLU(W_g x)
+    (output_gate=True, fla's FusedRMSNormGated); fla also widens values (expand_v=2, head_v = 2·head_k), which
+    is left out here (Dv = Dk = dim_head). At the start of training α_t ≈ exp(−A_h Δ_h), per token: its median
     over many drawn heads is about 0.94, and about half of the heads keep more than a tenth of a write over 32
     tokens (notebook 09, section 3, measures it). A plain logsigmoid(to_alpha(x)) starts near α = 0.5 or below,
     which leaves less than 1e-3 of a write after 32 tokens in every head.
@@ -238,8 +349,10 @@ class GatedDeltaNetSelfAttention(DeltaNetSelfAttention):
     DT_RANGE = (0.001, 0.1)
     A_RANGE = (0.0, 16.0)
 
-    def __init__(self, dim, heads=8, *, dim_head=None, dropout=0.0, bias=False, chunk_size=64):
-        super().__init__(dim, heads, dim_head=dim_head, dropout=dropout, bias=bias, chunk_size=chunk_size)
+    def __init__(self, dim, heads=8, *, dim_head=None, dropout=0.0, bias=False, chunk_size=64, conv_size=4,
+                 output_gate=True, allow_neg_eigval=False):
+        super().__init__(dim, heads, dim_head=dim_head, dropout=dropout, bias=bias, chunk_size=chunk_size,
+                         conv_size=conv_size, output_gate=output_gate, allow_neg_eigval=allow_neg_eigval)
         self.to_alpha = nn.Linear(dim, heads, bias=False)
         lo, hi = (math.log(t) for t in self.DT_RANGE)
         dt = torch.exp(torch.rand(heads) * (hi - lo) + lo).clamp(min=1e-4)       # (H,) steps Δ_h
@@ -258,7 +371,8 @@ class GatedDeltaNetSelfAttention(DeltaNetSelfAttention):
         return gates["log_alpha"], gates["beta"]
 
     def recurrence(self, q, k, v, *, masked, beta, log_alpha):
-        return gated.gated_delta_rule(q, k, v, beta, log_alpha, chunk_size=self.chunk_size)
+        return gated.gated_delta_rule(q, k, v, beta, log_alpha, chunk_size=self.chunk_size,
+                                      allow_neg_eigval=self.allow_neg_eigval)
 
 
 # ---- the benchmark's builders (minilin.variants: Variant.bench) -------------------------------------------------

@@ -8,7 +8,9 @@ be trained and compared on one footing.
 Positions: "learned" absolute embeddings (GPT-2) or "rope" (rotary embeddings, Su et al. 2021, arXiv
 2104.09864), which rotate q and k *before* the attention mixes them — so before Performer's feature map,
 as the linear-attention literature recommends (RoPE needs no position table, and linear attention then
-keeps its O(1)-per-token recurrent form).
+keeps its O(1)-per-token recurrent form). GLA, DeltaNet and Gated DeltaNet layers take no rotation (as their
+papers and flash-linear-attention's layers: the recurrence orders the tokens); retention keeps it (RetNet's xPos
+rotation); a hybrid's attention layers keep theirs.
 
 Causal or not: `LMConfig.causal` (True = next-byte LM). Linformer cannot be causal (its E/F projections mix
 every position into each projected key, the future included); a causal Linformer model raises ValueError.
@@ -194,8 +196,9 @@ class TinyLM(nn.Module):
         self.ln_f = nn.LayerNorm(config.dim)
         self.head = nn.Linear(config.dim, config.vocab_size, bias=False)
         self.rotary = Rotary(config.head_dim()) if config.positions == "rope" else None
-        for block in self.blocks:
-            block.attn.rotary = self.rotary
+        for block in self.blocks:  # GLA, DeltaNet, Gated DeltaNet take none: their positions come from the recurrence
+            if getattr(block.attn, "takes_rotary", True):
+                block.attn.rotary = self.rotary
         if config.init not in INITS:
             raise ValueError(f"init must be one of {INITS}, got {config.init!r}")
         self.apply(self._init_weights if config.init == "fan_in" else self._init_weights_gpt2)

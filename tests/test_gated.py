@@ -6,6 +6,7 @@ delta rule's transition I − β k kᵀ has eigenvalues in [0, 1], so the state 
 comparison at 1e-10 is meaningful over 200 tokens.
 """
 import math
+import re
 
 import pytest
 import torch
@@ -195,8 +196,9 @@ def test_repeated_writes_converge_under_the_delta_rule():
 @pytest.mark.parametrize("call, message", [
     (lambda q, k, v, g: gated.gla(q, k, v, -g.abs()[..., :2]), "log_gate must be a floating-point tensor of shape"),
     (lambda q, k, v, g: gated.gla(q, k, v, g.abs() + 0.1), "log_gate must be <= 0"),
-    (lambda q, k, v, g: gated.delta_rule(q, k, v, torch.full(q.shape[:3], 1.5, dtype=q.dtype)), "beta must lie in"),
-    (lambda q, k, v, g: gated.delta_rule(q, k, v, torch.full(q.shape[:3], -0.1, dtype=q.dtype)), "beta must lie in"),
+    (lambda q, k, v, g: gated.delta_rule(q, F.normalize(k, dim=-1), v, torch.full(q.shape[:3], 1.5, dtype=q.dtype)),
+     "beta * |k|^2 must lie in [0, 1]"),
+    (lambda q, k, v, g: gated.delta_rule(q, k, v, torch.full(q.shape[:3], -0.1, dtype=q.dtype)), "beta must be >= 0"),
     (lambda q, k, v, g: gated.gated_delta_rule(q, k, v, torch.ones(q.shape[:3], dtype=q.dtype), g),
      "log_alpha must be a floating-point tensor of shape"),
     (lambda q, k, v, g: gated.retention(q, k, v, torch.tensor([0.5, 1.2, 0.9])), "gamma must lie in"),
@@ -208,7 +210,7 @@ def test_repeated_writes_converge_under_the_delta_rule():
 ])
 def test_bad_input_names_the_fix(call, message):
     q, k, v, gates, _ = inputs("gla", N=6)
-    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+    with pytest.raises(ValueError, match=re.escape(message)):
         call(q, k, v, gates["log_gate"])
 
 
@@ -217,3 +219,34 @@ def test_state_bytes_formula():
     assert gated.state_bytes(64, 32, heads=1, dtype=torch.float16) == 64 * 32 * 2
     torch.testing.assert_close(gated.retention_gammas(3), torch.tensor([1 - 1 / 32, 1 - 1 / 64, 1 - 1 / 128],
                                                                       dtype=torch.float64))
+
+
+@pytest.mark.parametrize("fn", ["delta_rule", "gated_delta_rule"])
+def test_beta_rule_is_the_eigenvalue_bound(fn):
+    """The transition I − β k kᵀ has eigenvalues 1 and 1 − β|k|²: the state stays bounded iff 0 <= β|k|² <= 2.
+    Default: β|k|² <= 1 (eigenvalues in [0, 1]); allow_neg_eigval=True: up to 2 (arXiv 2411.12537, fla's option).
+    β <= 1 with keys longer than 1 is refused (it diverges), β = 1.9 with unit keys is allowed only by the option."""
+    q, k, v, gates, _ = inputs("gated-deltanet", N=64, Dk=8, Dv=3, seed=7)
+    extra = (gates["log_alpha"].clamp(min=-1e-3),) if fn == "gated_delta_rule" else ()  # α ≈ 1: no decay hides growth
+    call = lambda k, beta, **kw: getattr(gated, fn)(q, k, v, beta, *extra, chunk_size=16, **kw)
+    full = lambda b: torch.full(q.shape[:3], b, dtype=q.dtype)
+    # unit keys: β in (1, 2] only with allow_neg_eigval; it then equals the definition and stays bounded
+    with pytest.raises(ValueError, match=r"allow_neg_eigval=True.*2411\.12537"):
+        call(k, full(1.9))
+    for b in (1.5, 1.9, 2.0):
+        out = call(k, full(b), allow_neg_eigval=True)
+        want = gated.recurrent_reference(q, k, v, beta=full(b), log_decay=extra[0] if extra else None)
+        torch.testing.assert_close(out, want, rtol=0, atol=1e-9)
+        assert out.abs().max() < 10 * v.abs().max()
+    with pytest.raises(ValueError, match=r"beyond 2 the eigenvalue"):
+        call(k, full(2.1), allow_neg_eigval=True)
+    # keys of length 2 with β = 0.9: β|k|² = 3.6, eigenvalue −2.6: refused, and the definition indeed blows up
+    long_k = 2 * k
+    with pytest.raises(ValueError, match=r"got a maximum of 3\.6.*F\.normalize\(k, dim=-1\)"):
+        call(long_k, full(0.9))
+    with pytest.raises(ValueError, match=r"beta \* \|k\|\^2 must lie in \[0, 2\]"):
+        call(long_k, full(0.9), allow_neg_eigval=True)
+    blown = gated.recurrent_reference(q, long_k, v, beta=full(0.9))
+    assert blown.abs().max() > 1e6 * v.abs().max()
+    # at the bound: β|k|² = 1 exactly with keys of length 2 (β = 1/4) is accepted
+    call(long_k, full(0.25))

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 from minilin import bench, gated, variants
 from minilin.gated_attention import (DeltaNetSelfAttention, GatedDeltaNetSelfAttention, GatedState, GLASelfAttention,
-                                     RetentionSelfAttention)
+                                     RetentionSelfAttention, ShortConv)
 from minilin.model import LMConfig, Rotary, TinyLM
 from minilin.probes import future_leakage
 from helpers import TOL, rand
@@ -22,12 +22,18 @@ CLASSES = {"retention": RetentionSelfAttention, "gla": GLASelfAttention, "deltan
 NAMES = list(CLASSES)
 
 
-def build(name, dim=16, heads=2, chunk_size=4, seed=0, rotary=False):
-    """A float64 module with chunks of 4 (so a dozen tokens cross chunk boundaries), torch's default init."""
+def build(name, dim=16, heads=2, chunk_size=4, seed=0, rotary=False, **options):
+    """A float64 module with chunks of 4 (so a dozen tokens cross chunk boundaries), torch's default init.
+    rotary=True: retention only (the other layers refuse a rotary embedding)."""
     torch.manual_seed(seed)
-    module = CLASSES[name](dim, heads, chunk_size=chunk_size).double().eval()
+    module = CLASSES[name](dim, heads, chunk_size=chunk_size, **options).double().eval()
     module.rotary = Rotary(dim // heads) if rotary else None
     return module
+
+
+# every combination of the options around the recurrence: short convolution on/off, output gate on/off
+OPTIONS = [dict(conv_size=0, output_gate=False), dict(conv_size=4, output_gate=False),
+           dict(conv_size=0, output_gate=True), dict(conv_size=3, output_gate=True)]
 
 
 def test_the_registry_names_these_modules():
@@ -48,18 +54,110 @@ def test_forward_shape(name):
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_never_sees_the_future(name):
-    module = build(name)
+@pytest.mark.parametrize("options", OPTIONS, ids=lambda o: f"conv{o['conv_size']}-gate{int(o['output_gate'])}")
+def test_never_sees_the_future(name, options):
+    module = build(name, **options)
     x = rand(1, 13, 16, seed=2)
     assert future_leakage(lambda t: module(t, causal=True), x, generator=torch.Generator().manual_seed(0)) == 0.0
 
 
 @pytest.mark.parametrize("name", NAMES)
+def test_defaults_are_fla_layers(name):
+    # flash-linear-attention's layer defaults: short convolutions in the delta layers only, an output gate except
+    # in DeltaNet (use_gate=False), an RMSNorm on every output; a rotary embedding in retention only
+    module = CLASSES[name](16, 2)
+    assert (module.convs is not None) == (name in ("deltanet", "gated-deltanet"))
+    assert (module.to_out_gate is not None) == (name != "deltanet")
+    assert isinstance(module.out_norm, torch.nn.RMSNorm) and module.takes_rotary == (name == "retention")
+    if name != "retention":
+        with pytest.raises(ValueError, match="takes no rotary embedding.*positions come from the recurrence"):
+            module.rotary = Rotary(8)
+
+
+@pytest.mark.parametrize("positions", ["rope", "learned"])
+def test_no_recurrent_layer_but_retention_rotates(monkeypatch, positions):
+    # a model of every recurrent layer and an exact one: RoPE is called by the exact layer (and retention's) only,
+    # once per forward; GLA, DeltaNet and Gated DeltaNet never see it
+    calls = []
+    original = Rotary.__call__
+    monkeypatch.setattr(Rotary, "__call__", lambda self, q, k, offset=0: calls.append(q.shape) or
+                        original(self, q, k, offset))
+    kinds = ["gla", "deltanet", "gated-deltanet", "exact", "retention"]
+    model = TinyLM(LMConfig(attention=kinds, depth=5, dim=16, heads=2, block_size=16, positions=positions))
+    rotated = [type(b.attn).__name__ for b in model.blocks if b.attn.rotary is not None]
+    model(torch.zeros(1, 6, dtype=torch.long))
+    if positions == "learned":
+        assert rotated == [] and calls == []
+    else:
+        assert rotated == ["ExactSelfAttention", "RetentionSelfAttention"] and len(calls) == 2
+    # and the output of a rotation-free layer does not change when RoPE's base changes (it is not used)
+    if positions == "rope":
+        x = torch.randint(0, 256, (1, 9))
+        before = model.blocks[1].attn(model.embed(x))
+        model.rotary.base = 7.0
+        torch.testing.assert_close(model.blocks[1].attn(model.embed(x)), before, rtol=0, atol=0)
+
+
+def test_short_conv_is_the_token_loop():
+    # y_t = SiLU(Σ_j w_{K−1−j} x_{t−j}), zeros before the start; in pieces with the cache; with pads removed
+    torch.manual_seed(0)
+    conv = ShortConv(5, 4).double()
+    x = rand(2, 9, 5, seed=20)
+    w = conv.weight[:, 0]  # (C, K)
+    loop = torch.stack([F.silu(sum(w[:, 3 - j] * x[:, t - j] for j in range(4) if t - j >= 0)) for t in range(9)], 1)
+    y, cache = conv(x)
+    torch.testing.assert_close(y, loop, rtol=0, atol=1e-14)
+    torch.testing.assert_close(cache, x[:, -3:], rtol=0, atol=0)
+    parts, cache = [], None
+    for t0, t1 in ((0, 1), (1, 5), (5, 9)):
+        part, cache = conv(x[:, t0:t1], cache)
+        parts.append(part)
+    torch.testing.assert_close(torch.cat(parts, 1), loop, rtol=0, atol=1e-14)
+    holes = torch.tensor([[True, False, False, True, True, True, False, True, True]] * 2)
+    packed, _ = conv(x[:, holes[0]])  # the run without the pads
+    garbage = x.masked_fill(~holes[..., None], float("nan"))
+    torch.testing.assert_close(conv(garbage, mask=holes)[0][holes].view(2, -1, 5), packed, rtol=0, atol=1e-14)
+    with pytest.raises(ValueError, match="conv_size must be an int >= 2"):
+        ShortConv(5, 1)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_output_norm_and_gate_are_fla_gated_rmsnorm(name):
+    # finish(o, x) = to_out(RMSNorm(o) ⊙ SiLU(W_g x)) per head, with the RMSNorm weight shared by the heads
+    module = build(name, output_gate=True)
+    with torch.no_grad():
+        module.out_norm.weight.copy_(torch.linspace(0.5, 1.5, 8, dtype=torch.float64))
+    x, o = rand(2, 5, 16, seed=21), rand(2, 2, 5, 8, seed=22)
+    rms = o / (o.pow(2).mean(-1, keepdim=True) + 1e-5).sqrt() * module.out_norm.weight
+    gate = F.silu(F.linear(x, module.to_out_gate.weight)).view(2, 5, 2, 8).transpose(1, 2)
+    want = F.linear((rms * gate).transpose(1, 2).reshape(2, 5, 16), module.to_out.weight, module.to_out.bias)
+    torch.testing.assert_close(module.finish(o, x), want, rtol=0, atol=1e-12)
+    # the norm removes the scale of the recurrence's output: o and 1000·o give one result (up to eps = 1e-5 in
+    # the mean square: a relative change of about eps / (2·mean(o²)))
+    torch.testing.assert_close(module.finish(1000 * o, x), want, rtol=0, atol=2e-5)
+
+
+@pytest.mark.parametrize("name", ["deltanet", "gated-deltanet"])
+def test_allow_neg_eigval_doubles_beta(name):
+    plain, neg = build(name), build(name, allow_neg_eigval=True)
+    x = rand(2, 9, 16, seed=23)
+    torch.testing.assert_close(neg.gates(x)["beta"], 2 * plain.gates(x)["beta"], rtol=0, atol=0)
+    y = neg(x)  # β in (0, 2) with unit keys: within the rule, accepted, finite
+    assert torch.isfinite(y).all()
+    state, outs = None, []
+    for t in range(9):
+        out, state = neg.step(x[:, t:t + 1], state)
+        outs.append(out)
+    torch.testing.assert_close(torch.cat(outs, 1), y, rtol=0, atol=TOL)
+
+
+@pytest.mark.parametrize("name", NAMES)
 @pytest.mark.parametrize("tokens", [1, 3])
-@pytest.mark.parametrize("rotary", [False, True])
-def test_step_equals_forward(name, tokens, rotary):
-    # T tokens per call (11 = 3 + 3 + 3 + 2): the state carries the matrix and the position (rotary's offset)
-    module = build(name, rotary=rotary)
+@pytest.mark.parametrize("options", OPTIONS, ids=lambda o: f"conv{o['conv_size']}-gate{int(o['output_gate'])}")
+def test_step_equals_forward(name, tokens, options):
+    # T tokens per call (11 = 3 + 3 + 3 + 2): the state carries the matrix, the position (retention's rotary
+    # offset) and the short convolutions' last inputs
+    module = build(name, rotary=name == "retention", **options)
     x = rand(2, 11, 16, seed=3)
     state, outs = None, []
     for t in range(0, 11, tokens):
@@ -128,12 +226,20 @@ def test_gates_are_in_range(name):
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_module_is_the_pure_function_on_its_projections(name):
-    # weight transplant: the projections and gates written out from the module's weights, then minilin.gated
-    module = build(name)
+@pytest.mark.parametrize("conv", [False, True])
+def test_module_is_the_pure_function_on_its_projections(name, conv):
+    # weight transplant: the projections (short convolutions, SiLU), gates and output norm and gate written out
+    # from the module's weights, then minilin.gated
+    module = build(name, conv_size=4 if conv else 0, output_gate=True)
     x = rand(2, 9, 16, seed=7)
     heads = lambda t: t.view(2, 9, 2, 8).transpose(1, 2)  # (B, N, H·D) -> (B, H, N, D)
-    q, k, v = (heads(F.linear(x, lin.weight)) for lin in (module.to_q, module.to_k, module.to_v))
+    qkv = [F.linear(x, lin.weight) for lin in (module.to_q, module.to_k, module.to_v)]
+    if conv:  # causal depthwise, SiLU: left-pad K − 1 zeros
+        qkv = [F.silu(F.conv1d(F.pad(t.transpose(1, 2), (3, 0)), c.weight, groups=16).transpose(1, 2))
+               for t, c in zip(qkv, module.convs)]
+    elif name in ("deltanet", "gated-deltanet"):
+        qkv = [F.silu(t) for t in qkv]
+    q, k, v = (heads(t) for t in qkv)
     if name == "retention":
         out = gated.retention(q, k, v, gated.retention_gammas(2))
     elif name == "gla":
@@ -147,7 +253,8 @@ def test_module_is_the_pure_function_on_its_projections(name):
         else:
             log_alpha = (-module.A_log.exp() * F.softplus(F.linear(x, module.to_alpha.weight) + module.dt_bias)).transpose(1, 2)
             out = gated.gated_delta_rule(q, k, v, beta, log_alpha)
-    want = F.linear(out.transpose(1, 2).reshape(2, 9, 16), module.to_out.weight, module.to_out.bias)
+    normed = out / (out.pow(2).mean(-1, keepdim=True) + 1e-5).sqrt() * F.silu(heads(F.linear(x, module.to_out_gate.weight)))
+    want = F.linear(normed.transpose(1, 2).reshape(2, 9, 16), module.to_out.weight, module.to_out.bias)
     torch.testing.assert_close(module(x), want, rtol=0, atol=TOL)
     # mix on the module's own projections and gates is that function too
     qm, km, vm = module.project(x)

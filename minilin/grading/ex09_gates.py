@@ -78,6 +78,22 @@ def no_square_intermediate(call, b, h, n):
     return check(call, judge=judge)
 
 
+def work_in_chunks(small, large, n, c_small, c_large):
+    """A step: the number of operators run falls with the chunk size (it grows like N/C, not like N): with chunks
+    c_large = 4·c_small, at most half as many as with c_small, unless even c_small needs fewer operators than
+    there are tokens (a form with no loop at all). A token loop runs the same operators whatever chunk_size."""
+    def judge(few, many):
+        counts = [got.get("ops") if isinstance(got, dict) else None for got in (few, many)]
+        expect(all(isinstance(c, int) for c in counts), small, f"returned {kind(few)}; expected the function's output")
+        at_small, at_large = counts
+        expect(at_small < n or 2 * at_large <= at_small, large,
+               f"ran {at_large} torch operators with chunk_size={c_large} and {at_small} with chunk_size={c_small} "
+               f"on N = {n} tokens: the work does not shrink with larger chunks, as a loop over the tokens' "
+               f"{n} steps would. Do the work of a chunk in a few batched operations (a masked (c x c) matrix, "
+               f"matrix products with the chunk's keys and values) and loop over the N/C chunks only")
+    return check(small, large, judge=judge)
+
+
 @CHAPTER.task("9.2", "chunked_gla", extend=True)
 def chunked_gla(f):
     """GLA's per-feature gates in chunks: the masked intra-chunk matrix and the carried state"""
@@ -109,6 +125,10 @@ def chunked_gla(f):
     q4, k4, v4 = rand(2, 2, 32, 4, seed=66), rand(2, 2, 32, 4, seed=67), rand(2, 2, 32, 3, seed=68)
     yield no_square_intermediate(captured(f(q4, k4, v4, log_gates(2, 2, 32, 4, seed=69), 4), "matmul_shapes"),
                                  2, 2, 32)
+    q5, k5, v5 = rand(1, 2, 128, 4, seed=70), rand(1, 2, 128, 4, seed=71), rand(1, 2, 128, 3, seed=72)
+    g5 = log_gates(1, 2, 128, 4, seed=73, shift=2.0)
+    yield work_in_chunks(captured(f(q5, k5, v5, g5, 8), "matmul_shapes"),
+                         captured(f(q5, k5, v5, g5, 32), "matmul_shapes"), 128, 8, 32)
 
 
 # --- 9.3 ---------------------------------------------------------------------------------------------------------

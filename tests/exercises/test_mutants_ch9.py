@@ -57,6 +57,11 @@ MUTANTS = {
         "    for start in range(0, N, chunk_size):  # the last chunk may be shorter\n"
         "        stop = min(start + chunk_size, N)",
         "    for start in range(0, N, N):\n        stop = N"),
+    # 9.2: right values, but one token at a time whatever chunk_size: N sequential steps, not N/C
+    "9.2 token loop": (
+        "    for start in range(0, N, chunk_size):  # the last chunk may be shorter\n"
+        "        stop = min(start + chunk_size, N)",
+        "    for start in range(0, N):  # chunk_size ignored\n        stop = start + 1"),
     # 9.3: β ignored in the closed form
     "9.3 beta ignored": (
         "    shrink = 1 - beta * (k * k).sum(-1)",
@@ -128,7 +133,7 @@ def test_the_mutants_are_right_somewhere():
     q, k, v = (torch.randn(2, 2, 8, 4, generator=g, dtype=torch.float64) for _ in range(3))
     gate = torch.nn.functional.logsigmoid(torch.randn(2, 2, 8, 4, generator=g, dtype=torch.float64))
     right = solved["chunked_gla"](q, k, v, gate, 4)
-    for name in ("9.2 remainder dropped", "9.2 factored exponentials", "9.2 one chunk"):  # 4 divides 8; gentle gates
+    for name in ("9.2 remainder dropped", "9.2 factored exponentials", "9.2 one chunk", "9.2 token loop"):  # 4 divides 8; gentle gates
         for got, expected in zip(load(name)["chunked_gla"](q, k, v, gate, 4), right):
             assert torch.allclose(got, expected, atol=1e-12), name
     head_gate = gate[..., :1].expand_as(gate)  # one gate per head: the notebook's scalar decay
