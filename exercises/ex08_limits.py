@@ -19,8 +19,9 @@ def linformer_effective_map(q, k, E, F, mask=None):
     (True = real token) or None  ->  (B, H, N, M)
     Linformer's output softmax(q (E k)ᵀ / √D) (F v) equals (A F) v with A = softmax(q (E k)ᵀ / √D), so A F is
     the map each query applies to the M values; its rank is at most k. Use only the first M columns of E and F.
-    With a mask, Linformer zeroes padded keys and values before projecting them (notebook 03, section 2): a padded
-    key joins no slot, and the map's column of a padded position is 0 (its value joins no slot).
+    With a mask, Linformer zeroes padded keys and values before projecting them (notebook 03's appendix on short
+    sequences and padding): a padded key joins no slot, and the map's column of a padded position is 0 (its value
+    joins no slot).
     Extends notebook 08, section 3 (the map A F whose rank is at most k) to per-head projections, sequences
     shorter than seq_len and padding.
 
@@ -42,7 +43,7 @@ def state_readout(k, v, q):
     k: (B, H, p, D) keys, v: (B, H, p, Dv) values, q: (B, H, Q, D) queries  ->  (B, H, Q, Dv)
     Linear attention without its normaliser keeps one (D, Dv) state per head, S = Σ_i k_i v_iᵀ, whatever p is;
     a query q reads out q S. Return the readout of every query.
-    Extends notebook 08, section 6 (associative recall trained end to end) to a state built by hand.
+    Extends notebook 08's recall appendix (associative recall trained end to end) to a state built by hand.
 
     Hint 1 (nudge): the state does not grow with p: it is a sum of outer products, one per pair.
     Hint 2 (plan): build the state of every (batch, head) at once from the keys and the values, then multiply
@@ -61,7 +62,7 @@ def recall_accuracy(k, v):
     nearest (Euclidean distance) to the readout k_i S is v_i itself. Return the recalled fraction per head.
     With orthonormal keys and p <= D every pair comes back exactly; past p = D the keys cannot be orthogonal,
     the crosstalk Σ_{j≠i} (k_i · k_j) v_j grows, and the accuracy falls.
-    Extends notebook 08, section 6, as state_readout does.
+    Extends notebook 08's recall appendix, as state_readout does.
 
     Hint 1 (nudge): read the state with the keys themselves, then compare each readout with every stored value.
     Hint 2 (plan): the readouts (B, H, p, Dv); the distances from each readout to each value (B, H, p, p); the
@@ -80,8 +81,8 @@ def linformer_copy(v, positions, sharpness):
     so that, after the 1/√D scaling, query j scores s on projected slot j and 0 on every other slot, with slot j
     holding the key and the value of position positions[j]. Return the layer's output
     softmax(q (E k)ᵀ / √D) (F v) for these choices: row j then tends to v[positions[j]] as s grows.
-    Extends notebook 08, section 5: the copy that needs full rank is within reach of a Linformer whose slots are
-    the positions to copy.
+    Extends notebook 08's appendix on a copying Linformer: the copy that needs full rank is within reach of a
+    Linformer whose slots are the positions to copy.
 
     Hint 1 (nudge): what must a projection matrix look like for its product with the values to be just some rows
         of the values, in a chosen order? And which keys and queries give a score table that is s times the
@@ -104,10 +105,12 @@ def pairs_held(k, v, threshold=0.9):
     read it with each of those p keys; a pair is recalled when the stored value nearest (Euclidean) to its readout
     is its own. Return the largest p such that every prefix 1, 2, ..., p recalls at least `threshold` of its
     pairs (0 when even p = 1 falls short).
-    Measures the question of notebook 08's section 6, how many pairs a fixed state gives back, on a state built
-    by hand. Before you run it, predict: for random unit keys of dimension D = 16 and Gaussian values of dimension
-    16, at threshold 0.9, is the answer below D, about D, or well above it? Then measure it with
-    torch.nn.functional.normalize(torch.randn(64, 16), dim=-1) as keys and torch.randn(64, 16) as values.
+    Measures the question of notebook 08's recall appendix, how many pairs a fixed state gives back, on a state
+    built by hand. Before you run it, predict: for random unit keys of dimension D = 16 and Gaussian values of
+    dimension 16, at threshold 0.9, is the answer below D, about D, or well above it? Then measure it on 50 draws
+    (for s in range(50): g = torch.Generator().manual_seed(s); keys torch.nn.functional.normalize(torch.randn(64,
+    16, generator=g), dim=-1), values torch.randn(64, 16, generator=g)) and report the median and the range: one
+    draw alone says little.
 
     Hint 1 (nudge): grow the number of pairs one at a time, and stop at the first prefix that falls short.
     Hint 2 (plan): for p = 1, 2, ...: build the state from the first p keys and values, read it with those keys,

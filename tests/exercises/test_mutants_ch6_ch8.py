@@ -4,6 +4,7 @@ through."""
 import importlib.util
 
 import pytest
+import torch
 
 from minilin.grading.course import TASKS
 from minilin.grading.runner import run_in_process
@@ -198,6 +199,9 @@ MUTANTS = {
                  "        if (n == torch.arange(p)).double().mean() >= threshold:\n"
                  "            best = p\n"
                  "    return best\n"),
+    # 8.4: the "about D" answer, whatever the draw
+    "8.4 answer D": ("pairs_held", "def pairs_held(k, v, threshold=0.9):\n"
+                                   "    return k.shape[1]\n"),
     # 8.4: the nearest value sought among all P values, not among the p stored ones
     "8.4 all values": ("pairs_held", "import torch\n"
                  "def pairs_held(k, v, threshold=0.9):\n"
@@ -234,3 +238,13 @@ def test_a_plausible_wrong_answer_fails(name, tmp_path):
     with pytest.raises(AssertionError):
         run_in_process(TASKS[task_id], module)
 
+
+
+def test_the_fast_pairs_held_reference_is_the_loop():
+    from minilin.grading.ex08_limits import held_by_prefix, held_loop
+    for s in range(4):
+        g = torch.Generator().manual_seed(s)
+        keys = torch.nn.functional.normalize(torch.randn(40, 8, generator=g, dtype=torch.float64), dim=-1)
+        values = torch.randn(40, 8, generator=g, dtype=torch.float64)
+        for threshold in (0.5, 0.9):
+            assert held_by_prefix(keys, values, threshold) == held_loop(keys, values, threshold)
