@@ -118,8 +118,8 @@ def favor_causal(q, k, v, projection):
     out_i = Σ_{j≤i} φ(q_i)·φ(k_j) v_j / Σ_{j≤i} φ(q_i)·φ(k_j), for two shapes (D = 8 and 4, two lengths, B, H > 1);
     that scaling the keys at positions ≥ s by 4 leaves the outputs before s unchanged bit for bit (s = 1, 4,
     7, 9); that entries up to ±20 in float32 give a float32 output (no upcast), finite and within 1e-3 of the
-    float64 result; and, for N = 96 (D = 4, m = 8, Dv = 3), that no matrix product has both dimensions ≥ 48 and
-    no intermediate tensor holds N·M/2 elements or more (nothing the size of the attention matrix).
+    float64 result; and that the largest intermediate tensor and matrix product grow at most 8 times when N grows
+    4 times, from 96 to 384 (linear memory grows 4 times, an N × N matrix 16 times).
 
     Hint 1 (nudge): any positive factor that multiplies all the terms of query i's numerator and normaliser
         alike cancels. Which such factors may depend on key j, and on which keys may they depend, so that the
@@ -145,8 +145,8 @@ def causal_prefix_attention(phi_q, phi_k, v):
     Raise ValueError when N > M. The grader checks, each on its own: a loop over the bottom-right masked
     quadratic form and minilin's causal form for three shapes (N < M and N = M); that N = 1 gives non-causal
     linear attention over all M keys; that changing the keys and values after position i + M − N (and later
-    queries) leaves output i unchanged; the ValueError; and, for N = 64, M = 96 (m = 4, Dv = 3), that no
-    matrix product has both dimensions ≥ 32 with one ≥ 48 (no (N, M) matrix).
+    queries) leaves output i unchanged; the ValueError; and that the largest intermediate tensor and matrix
+    product grow at most 8 times when N and M grow 4 times (an (N, M) matrix grows 16 times).
 
     Hint 1 (nudge): the first M − N keys are seen by every query. What does section 6's running state look like
         just before the first query is read out?
