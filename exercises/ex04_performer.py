@@ -16,21 +16,24 @@ def hyperbolic_random_features(x, projection):
     """Task 4.1: the paper's positive *hyperbolic* random features (arXiv 2009.14794, section 2.3).
 
     Builds on notebook 04, sections 1.1 and 2.
-    x: (..., N, D), projection W: (m, D) with rows w_i ~ N(0, I_D)  ->  (..., N, 2m):
-    φ(x) = exp(−|x|²/2) / √(2m) · [exp(w_1ᵀx), …, exp(w_mᵀx), exp(−w_1ᵀx), …, exp(−w_mᵀx)]
-    (the m "plus" features first, then the m "minus" features, in the order of W's rows). No D^(-1/4) scaling,
-    no stabilisation. The grader checks, each on its own: the values for three shapes (two dimensions D, a 2-D
-    x); that φ(x)·φ(y) is an unbiased estimate of exp(xᵀy) (20000 directions, within 4 standard errors); and that
-    the variance of the estimate with m = 8 directions is within 15% of (1 − e^(−|x+y|²))/2 times Lemma 2's
-    variance of the positive features φ+ with the same 8 directions: always less than half of it.
+    x: (..., N, D), projection W: (m, D) with rows w_i ~ N(0, I_D)  ->  (..., N, 2m); no D^(-1/4) scaling, no
+    stabilisation. You have Lemma 1, E_w[exp(wᵀs)] = exp(|s|²/2) for w ~ N(0, I_D), and the fact that −w has the
+    same distribution as w. Derive a map of 2m positive features, the same map for x and y, with
+    E[φ(x)·φ(y)] = exp(xᵀy): m features from the rows w_i (in W's order) first, then m from −w_i. Then derive the
+    variance of φ(x)·φ(y) and compare it with Lemma 2's for φ+ with the same m directions. The grader checks, each
+    on its own: the values for three shapes (two dimensions D, a 2-D x); that φ(x)·φ(y) is unbiased (20000
+    directions, within 4 standard errors); and that the variance with m = 8 directions is within 15% of the one
+    you should derive, which is always less than half of φ+'s.
 
-    Hint 1 (nudge): Lemma 1 holds for w and for −w, which have the same distribution. What does the average of
-        the two estimates built from w and from −w become, and why can averaging two correlated estimates help?
-    Hint 2 (plan): one matrix product gives every wᵢᵀx, shape (..., N, m); build the two halves from it and join
-        them along the last dimension; one factor per row, shape (..., N, 1), carries the norm and the constant.
-    Hint 3 (formula): φ(x)·φ(y) = (1/m) Σ_i e^(−(|x|²+|y|²)/2) cosh(wᵢᵀ(x + y)); with E[cosh(wᵀs)] = e^(|s|²/2)
-        this is unbiased, and E[cosh²] = (e^(2|s|²) + 1)/2 gives the variance the grader checks. Before you
-        run the grader, work out that variance and compare it with Lemma 2's for φ+.
+    Hint 1 (nudge): the estimate φ+ builds from w is just as unbiased when built from −w. What does the average of
+        the two estimates become, and why can averaging two correlated estimates help?
+    Hint 2 (plan): write that average as one dot product of 2m features: each feature of φ+ splits into a "w" and
+        a "−w" part, so the constant in front changes; one matrix product gives every wᵢᵀx, shape (..., N, m),
+        the two halves come from it, joined along the last dimension.
+    Hint 3 (formula): per direction, the two parts together give e^(−(|x|²+|y|²)/2) times the hyperbolic cosine of
+        wᵢᵀ(x + y), and the estimate is the mean of these over the m directions. The expected hyperbolic cosine is
+        Lemma 1's e^(|s|²/2); its expected square is the mean of e^(2|s|²) and 1. Work out the variance from these
+        before you run the grader.
     """
     raise NotImplementedError("Task 4.1")
 
@@ -38,7 +41,7 @@ def hyperbolic_random_features(x, projection):
 def orthogonal_projection(nb_features, dim, generator):
     """Task 4.2: a block-orthogonal Gaussian projection (m, D), as in the paper's Theorem 2.
 
-    Revisits notebook 04, section 3 (and Appendix I on the sign of QR's factors).
+    Revisits notebook 04, section 3.
     Rows within a block of D rows are orthogonal, yet every row must still be marginally N(0, I_D) (so the
     estimator stays unbiased). Return float64, drawing every random number from `generator`. The grader checks,
     each on its own: the shape (m, D) and dtype for (10, 4) and (13, 5); that after normalising each row, rows
@@ -118,8 +121,8 @@ def favor_causal(q, k, v, projection):
     out_i = Σ_{j≤i} φ(q_i)·φ(k_j) v_j / Σ_{j≤i} φ(q_i)·φ(k_j), for two shapes (D = 8 and 4, two lengths, B, H > 1);
     that scaling the keys at positions ≥ s by 4 leaves the outputs before s unchanged bit for bit (s = 1, 4,
     7, 9); that entries up to ±20 in float32 give a float32 output (no upcast), finite and within 1e-3 of the
-    float64 result; and, for N = 96 (D = 4, m = 8, Dv = 3), that no matrix product has both dimensions ≥ 48 and
-    no intermediate tensor holds N·M/2 elements or more (nothing the size of the attention matrix).
+    float64 result; and that the largest intermediate tensor and matrix product grow at most 8 times when N grows
+    4 times, from 96 to 384 (linear memory grows 4 times, an N × N matrix 16 times).
 
     Hint 1 (nudge): any positive factor that multiplies all the terms of query i's numerator and normaliser
         alike cancels. Which such factors may depend on key j, and on which keys may they depend, so that the
@@ -128,7 +131,7 @@ def favor_causal(q, k, v, projection):
         running number r_j, the largest exponent of the keys up to j; a prefix state and normaliser carried
         from position to position (section 6), always held on the scale of the current r.
     Hint 3 (formula): if the state holds e^(−r_old) Σ φ̂(k_j)[v_j | 1]ᵀ and r grows to r_new, the same sum on the
-        new scale is e^(r_old − r_new) ≤ 1 times it (Appendix E derives it); a key added at position i enters on
+        new scale is e^(r_old − r_new) ≤ 1 times it (section 6 derives it); a key added at position i enters on
         the scale e^(−r_i). Check your first version against the unstabilised float64 formula on small inputs.
     """
     raise NotImplementedError("Task 4.5")
@@ -145,8 +148,8 @@ def causal_prefix_attention(phi_q, phi_k, v):
     Raise ValueError when N > M. The grader checks, each on its own: a loop over the bottom-right masked
     quadratic form and minilin's causal form for three shapes (N < M and N = M); that N = 1 gives non-causal
     linear attention over all M keys; that changing the keys and values after position i + M − N (and later
-    queries) leaves output i unchanged; the ValueError; and, for N = 64, M = 96 (m = 4, Dv = 3), that no
-    matrix product has both dimensions ≥ 32 with one ≥ 48 (no (N, M) matrix).
+    queries) leaves output i unchanged; the ValueError; and that the largest intermediate tensor and matrix
+    product grow at most 8 times when N and M grow 4 times (an (N, M) matrix grows 16 times).
 
     Hint 1 (nudge): the first M − N keys are seen by every query. What does section 6's running state look like
         just before the first query is read out?

@@ -268,7 +268,7 @@ def linear_attention(q, k, v, *, feature_map, mask=None, causal=False, chunk_siz
     scan with `chunk_size` (and `bucket_size`, for the bucketed variant).
 
     Exponential maps are shifted before exp as the module docstring's "Stabilisation" says (causal rows that
-    underflow are 0 with a RuntimeWarning; notebook 04 section 9). `linear_attention_reference` is its spec.
+    underflow are 0 with a RuntimeWarning; tests/test_linear.py checks it). `linear_attention_reference` is its spec.
     """
     check_attention_inputs(q, k, v, mask)
     if not isinstance(feature_map, FeatureMap):

@@ -4,9 +4,13 @@ The pattern of MUTANTS in tests/exercises/test_exercises.py: a plausible wrong v
 (a constant hard-coded for one shape, a quadratic form, a stabiliser that reads ahead), graded in-process.
 """
 
-import pytest
+import importlib.util
 
+import pytest
 from mutants import assert_fails
+
+from minilin.grading.course import TASKS
+from minilin.grading.runner import run_in_process
 
 
 FAVOR_EXPONENTS = (
@@ -199,6 +203,15 @@ MUTANTS = {
         "    pk = torch.exp(ek - ek.amax(dim=(-2, -1), keepdim=True))\n"
         "    a = (pq @ pk.transpose(-2, -1)).tril()\n"
         "    return (a @ v) / a.sum(-1, keepdim=True)\n")),
+    "4.5-quadratic-running-max": ("4.5", FAVOR_EXPONENTS + (  # right in every other respect: only its size fails
+        "def favor_causal(q, k, v, projection):\n"
+        "    eq, ek = exponents(q, k, projection, q.shape[-1])\n"
+        "    pq = torch.exp(eq - eq.amax(-1, keepdim=True))\n"
+        "    r = torch.cummax(ek.amax(-1), dim=-1).values\n"
+        "    later = torch.ones(q.shape[2], q.shape[2], dtype=torch.bool).triu(1)\n"
+        "    decay = torch.exp((r[..., None, :] - r[..., :, None]).masked_fill(later, float('-inf')))\n"
+        "    a = (pq @ torch.exp(ek - r[..., None]).transpose(-2, -1)) * decay\n"
+        "    return (a @ v) / a.sum(-1, keepdim=True)\n")),
     "4.5-unstabilised": ("4.5", FAVOR_EXPONENTS + RECURRENCE + (
         "def favor_causal(q, k, v, projection):\n"
         "    eq, ek = exponents(q, k, projection, q.shape[-1])\n"
@@ -277,6 +290,44 @@ MUTANTS = {
         "    return recurrence(phi_q, phi_k, v, phi_q.new_zeros(B, H, m, v.shape[-1]), phi_q.new_zeros(B, H, m), 0)\n"
     )),
 }
+
+
+PASSING = {
+    # id: (task, source of another right answer, which the checks must accept)
+    # section 6's form 1: a prefix state per position, O(N·m·Dv) memory; the prefix sums of φ(k_j)[v_j | 1]ᵀ taken
+    # in log space (logcumsumexp), which needs no shift that reads ahead
+    "4.5-prefix-sums-per-position": ("4.5", FAVOR_EXPONENTS + (
+        "def favor_causal(q, k, v, projection):\n"
+        "    eq, ek = exponents(q, k, projection, q.shape[-1])\n"
+        "    v1 = torch.cat([v, torch.ones_like(v[..., :1])], -1)\n"
+        "    lp, ln = (torch.logcumsumexp(ek[..., :, None] + (s * v1).clamp(min=0).log()[..., None, :], dim=2)\n"
+        "              for s in (1, -1))  # (B, H, N, m, Dv + 1): log of the positive and negative prefix sums\n"
+        "    c = (eq + lp[..., -1]).amax(-1, keepdim=True)[..., None]\n"
+        "    terms = torch.exp(eq[..., None] + lp - c) - torch.exp(eq[..., None] + ln - c)\n"
+        "    nd = terms.sum(-2)\n"
+        "    return nd[..., :-1] / nd[..., -1:]\n")),
+    "4.6-cumsum-of-outer-products": ("4.6", (
+        "import torch\n"
+        "def causal_prefix_attention(phi_q, phi_k, v):\n"
+        "    N, M = phi_q.shape[2], phi_k.shape[2]\n"
+        "    if N > M:\n"
+        "        raise ValueError('more queries than keys')\n"
+        "    v1 = torch.cat([v, torch.ones_like(v[..., :1])], -1)\n"
+        "    s = (phi_k[..., :, None] * v1[..., None, :]).cumsum(2)[:, :, M - N:]  # (B, H, N, m, Dv + 1)\n"
+        "    nd = (phi_q[..., None, :] @ s)[..., 0, :]\n"
+        "    return nd[..., :-1] / nd[..., -1:]\n")),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PASSING))
+def test_another_right_answer_passes(name, tmp_path):
+    task_id, code = PASSING[name]
+    path = tmp_path / f"right_{name.replace('.', '_').replace('-', '_')}.py"
+    path.write_text(code)
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    run_in_process(TASKS[task_id], module)  # raises AssertionError, naming the check, if one fails
 
 
 @pytest.mark.parametrize("name", sorted(MUTANTS))
