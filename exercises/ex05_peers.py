@@ -20,8 +20,8 @@ def efficient_attention(q, k, v, mask=None):
     ρ_q: softmax of each query over its D features (dim -1).
     ρ_k: softmax of each key feature over the M positions (dim -2); padded keys must get weight 0, and a
          sequence with no real key at all must give zeros (not NaN). Large keys must not overflow.
-    The checks use several shapes (N != M, two head dimensions), a padded case, keys times 50, and record
-    every matrix product you form: an (N, M) one fails.
+    The checks use several shapes (N != M, two head dimensions), a padded case, keys times 500 (a plain exp(k)
+    overflows), and record every matrix product you form: an (N, M) one fails.
 
     Hint 1 (nudge): the two softmaxes run over different axes. How does a softmax give a padded key a weight of
         exactly 0, and what does a softmax return for a column in which every entry is -inf?
