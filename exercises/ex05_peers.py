@@ -200,8 +200,8 @@ def focus_scale(n, target, kernel="elu+1"):
     n: int >= 2, target: float in (1/n, 1), kernel: "elu+1" or "softmax"  ->  a Python float, the a > 0 at which
     the own-key weight equals target, accurate to 1e-6.
     Predict first, and write it down: as n grows from 8 to 512, which kernel needs the larger a to reach 0.9? Does
-    the answer change with n? Then measure (the grader does not grade predictions). The checks use n from 8 to 512,
-    both kernels and targets drawn between 0.5 and 0.95.
+    the answer change with n? Then measure, and explain what you see through softmax's 1/√D (here D = n). The
+    checks use n from 8 to 512, both kernels and targets drawn between 0.5 and 0.95.
 
     Hint 1 (nudge): first write the own-key weight as a function of a (build the n keys, form one kernel's
         weights, read a diagonal entry), then find where that function crosses target.
