@@ -1,6 +1,6 @@
 """Exercises for notebook 05: efficient attention, moving weights between libraries, counting a block's FLOPs, two
-new cases of linear attention (Tasks 5.6 and 5.7: use the idea on a new case), and a measurement of how sharply each
-kernel can focus (Task 5.8: predict, then measure).
+new cases of linear attention (Tasks 5.6 and 5.7: extend), and a measurement of how sharply each kernel can focus
+(Task 5.8: predict, then measure). Tasks 5.4-5.7 are optional.
 
 Implement each function, then grade yourself:  python -m minilin grade --chapter 5
 Shapes follow the course convention: q (B, H, N, D), k (B, H, M, D), v (B, H, M, Dv);
@@ -86,9 +86,9 @@ def transplant_into_lat(ours, lat):
 
 
 def linformer_into_ours(theirs, ours):
-    """Task 5.4: copy a `linformer` 0.2.3 LinformerSelfAttention's weights into our LinformerSelfAttention.
+    """Task 5.4 (optional): copy a `linformer` 0.2.3 LinformerSelfAttention's weights into our LinformerSelfAttention.
 
-    Uses notebook 05, section 4 (weight transplants); the notebook builds this pair with minilin's adapter only.
+    Optional because notebook 03 prints minilin's adapter for this pair; uses notebook 05, section 4.
     theirs: linformer.LinformerSelfAttention(dim, seq_len, k, heads) (share_kv=False, one_kv_head=False)
     ours:   minilin.linformer.LinformerSelfAttention(dim, heads, seq_len, k, sharing="headwise")
     Returns ours, modified in place, such that ours(x) == theirs(x) for x (B, N, dim), N <= seq_len.
@@ -109,7 +109,7 @@ def linformer_into_ours(theirs, ours):
 
 
 def block_flops(batch, n, dim, *, proj_len=None, ff_mult=4):
-    """Task 5.5: FLOPs of one forward pass of a pre-norm Transformer block, counted from first principles.
+    """Task 5.5 (optional): FLOPs of one forward pass of a pre-norm Transformer block, counted from first principles.
 
     New in notebook 05 (the notebook counts no block): for any batch, length, width and ff_mult.
     The block is minilin.model.Block: x + attn(LN(x)), then x + MLP(LN(x)) with MLP = Linear(dim, ff_mult·dim),
@@ -135,7 +135,7 @@ def block_flops(batch, n, dim, *, proj_len=None, ff_mult=4):
 
 
 def chunked_causal_linear_attention(q, k, v, chunk_size, mask=None):
-    """Task 5.6 (use the idea on a new case): causal elu+1 linear attention computed chunk by chunk, with a key
+    """Task 5.6 (optional, extend): causal elu+1 linear attention computed chunk by chunk, with a key
     padding mask.
 
     Extends notebook 05, section 1 (the masked (N × N) form) and notebook 04, section 6 (prefix sums; the
@@ -164,7 +164,7 @@ def chunked_causal_linear_attention(q, k, v, chunk_size, mask=None):
 
 
 def decayed_linear_attention(q, k, v, gamma):
-    """Task 5.7 (use the idea on a new case): causal linear attention whose past fades by γ per step, one
+    """Task 5.7 (optional, extend): causal linear attention whose past fades by γ per step, one
     decay per head (RetNet's retention; flash-linear-attention's `fla.ops.retention`).
 
     Extends the RNN form of linear attention (notebook 05, section 1; notebook 04, section 6) to a state that
