@@ -5,7 +5,8 @@ new cases of linear attention (Tasks 5.6 and 5.7: extend), and a measurement of 
 Implement each function, then grade yourself:  python -m minilin grade --chapter 5
 Shapes follow the course convention: q (B, H, N, D), k (B, H, M, D), v (B, H, M, Dv);
 mask (B, M) bool with True = real token (a key padding mask).
-Do not call minilin.efficient, minilin.linear or minilin.peers here (you may read them once you are done).
+Do not call minilin.efficient, minilin.linear, minilin.peers or the peer libraries here: the grader rejects such calls
+(read them once you are done).
 
 Each task has three hints, from a nudge to the formula. Read one, try, and read the next only if you are stuck.
 """
@@ -77,10 +78,10 @@ def transplant_into_lat(ours, lat):
     Hint 1 (nudge): both modules have to_q, to_k, to_v and to_out of the same shapes. If the input to their
         to_out is ours times a constant c, how can to_out undo that constant? Does to_out's bias see it?
     Hint 2 (plan): find c from section 3 (which head size does it use?); without recording gradients, copy
-        what needs no change as it is, and give the one layer that sees c's effect a weight that undoes it.
+        what needs no change as it is, and give one layer (to_out is one way) a weight that undoes c.
     Hint 3 (formula): a linear layer applied to c·h equals a layer with c times the weight applied to h, while a
-        bias is added after the product and never sees c. Decide which of their four layers must differ from
-        ours, by what factor, and check the factor's head size against the one the checks vary.
+        bias is added after the product and never sees c. Decide which one of their four layers to change (more
+        than one works), by what factor, and check the factor's head size against the one the checks vary.
     """
     raise NotImplementedError("Task 5.3")
 
