@@ -1,11 +1,12 @@
 """Exercises for notebook 05: efficient attention, moving weights between libraries, counting a block's FLOPs, two
-new cases of linear attention (Tasks 5.6 and 5.7: use the idea on a new case), and a measurement of how sharply each
-kernel can focus (Task 5.8: predict, then measure).
+new cases of linear attention (Tasks 5.6 and 5.7: extend), and a measurement of how sharply each kernel can focus
+(Task 5.8: predict, then measure). Tasks 5.4-5.7 are optional.
 
 Implement each function, then grade yourself:  python -m minilin grade --chapter 5
 Shapes follow the course convention: q (B, H, N, D), k (B, H, M, D), v (B, H, M, Dv);
 mask (B, M) bool with True = real token (a key padding mask).
-Do not call minilin.efficient, minilin.linear or minilin.peers here (you may read them once you are done).
+Do not call minilin.efficient, minilin.linear, minilin.peers or the peer libraries here: the grader rejects such calls
+(read them once you are done).
 
 Each task has three hints, from a nudge to the formula. Read one, try, and read the next only if you are stuck.
 """
@@ -20,8 +21,8 @@ def efficient_attention(q, k, v, mask=None):
     ρ_q: softmax of each query over its D features (dim -1).
     ρ_k: softmax of each key feature over the M positions (dim -2); padded keys must get weight 0, and a
          sequence with no real key at all must give zeros (not NaN). Large keys must not overflow.
-    The checks use several shapes (N != M, two head dimensions), a padded case, keys times 50, and record
-    every matrix product you form: an (N, M) one fails.
+    The checks use several shapes (N != M, two head dimensions), a padded case, keys times 500 (a plain exp(k)
+    overflows), and record every matrix product you form: an (N, M) one fails.
 
     Hint 1 (nudge): the two softmaxes run over different axes. How does a softmax give a padded key a weight of
         exactly 0, and what does a softmax return for a column in which every entry is -inf?
@@ -77,18 +78,18 @@ def transplant_into_lat(ours, lat):
     Hint 1 (nudge): both modules have to_q, to_k, to_v and to_out of the same shapes. If the input to their
         to_out is ours times a constant c, how can to_out undo that constant? Does to_out's bias see it?
     Hint 2 (plan): find c from section 3 (which head size does it use?); without recording gradients, copy
-        what needs no change as it is, and give the one layer that sees c's effect a weight that undoes it.
+        what needs no change as it is, and give one layer (to_out is one way) a weight that undoes c.
     Hint 3 (formula): a linear layer applied to c·h equals a layer with c times the weight applied to h, while a
-        bias is added after the product and never sees c. Decide which of their four layers must differ from
-        ours, by what factor, and check the factor's head size against the one the checks vary.
+        bias is added after the product and never sees c. Decide which one of their four layers to change (more
+        than one works), by what factor, and check the factor's head size against the one the checks vary.
     """
     raise NotImplementedError("Task 5.3")
 
 
 def linformer_into_ours(theirs, ours):
-    """Task 5.4: copy a `linformer` 0.2.3 LinformerSelfAttention's weights into our LinformerSelfAttention.
+    """Task 5.4 (optional): copy a `linformer` 0.2.3 LinformerSelfAttention's weights into our LinformerSelfAttention.
 
-    Uses notebook 05, section 4 (weight transplants); the notebook builds this pair with minilin's adapter only.
+    Optional because notebook 03 prints minilin's adapter for this pair; uses notebook 05, section 4.
     theirs: linformer.LinformerSelfAttention(dim, seq_len, k, heads) (share_kv=False, one_kv_head=False)
     ours:   minilin.linformer.LinformerSelfAttention(dim, heads, seq_len, k, sharing="headwise")
     Returns ours, modified in place, such that ours(x) == theirs(x) for x (B, N, dim), N <= seq_len.
@@ -109,7 +110,7 @@ def linformer_into_ours(theirs, ours):
 
 
 def block_flops(batch, n, dim, *, proj_len=None, ff_mult=4):
-    """Task 5.5: FLOPs of one forward pass of a pre-norm Transformer block, counted from first principles.
+    """Task 5.5 (optional): FLOPs of one forward pass of a pre-norm Transformer block, counted from first principles.
 
     New in notebook 05 (the notebook counts no block): for any batch, length, width and ff_mult.
     The block is minilin.model.Block: x + attn(LN(x)), then x + MLP(LN(x)) with MLP = Linear(dim, ff_mult·dim),
@@ -135,7 +136,7 @@ def block_flops(batch, n, dim, *, proj_len=None, ff_mult=4):
 
 
 def chunked_causal_linear_attention(q, k, v, chunk_size, mask=None):
-    """Task 5.6 (use the idea on a new case): causal elu+1 linear attention computed chunk by chunk, with a key
+    """Task 5.6 (optional, extend): causal elu+1 linear attention computed chunk by chunk, with a key
     padding mask.
 
     Extends notebook 05, section 1 (the masked (N × N) form) and notebook 04, section 6 (prefix sums; the
@@ -164,7 +165,7 @@ def chunked_causal_linear_attention(q, k, v, chunk_size, mask=None):
 
 
 def decayed_linear_attention(q, k, v, gamma):
-    """Task 5.7 (use the idea on a new case): causal linear attention whose past fades by γ per step, one
+    """Task 5.7 (optional, extend): causal linear attention whose past fades by γ per step, one
     decay per head (RetNet's retention; flash-linear-attention's `fla.ops.retention`).
 
     Extends the RNN form of linear attention (notebook 05, section 1; notebook 04, section 6) to a state that
@@ -200,8 +201,8 @@ def focus_scale(n, target, kernel="elu+1"):
     n: int >= 2, target: float in (1/n, 1), kernel: "elu+1" or "softmax"  ->  a Python float, the a > 0 at which
     the own-key weight equals target, accurate to 1e-6.
     Predict first, and write it down: as n grows from 8 to 512, which kernel needs the larger a to reach 0.9? Does
-    the answer change with n? Then measure (the grader does not grade predictions). The checks use n from 8 to 512,
-    both kernels and targets drawn between 0.5 and 0.95.
+    the answer change with n? Then measure, and explain what you see through softmax's 1/√D (here D = n). The
+    checks use n from 8 to 512, both kernels and targets drawn between 0.5 and 0.95.
 
     Hint 1 (nudge): first write the own-key weight as a function of a (build the n keys, form one kernel's
         weights, read a diagonal entry), then find where that function crosses target.

@@ -25,6 +25,13 @@ def efficient_attention(q, k, v, mask=None):  # right values through an (N, M) w
     rho_k = torch.softmax(k, dim=-2).nan_to_num(0.0)
     return (torch.softmax(q, dim=-1) @ rho_k.transpose(-2, -1)) @ v
 """),
+    "5.1-unstabilised": ("5.1", "efficient_attention", """import torch
+def efficient_attention(q, k, v, mask=None):  # exp(k) with no max subtracted: overflows for large keys
+    e = torch.exp(k) if mask is None else torch.exp(k) * mask[:, None, :, None]
+    total = e.sum(dim=-2, keepdim=True)
+    rho_k = e / torch.where(total > 0, total, torch.ones_like(total))
+    return torch.softmax(q, dim=-1) @ (rho_k.transpose(-2, -1) @ v)
+"""),
     "5.2-quadratic": ("5.2", "causal_efficient_attention", """import torch
 def causal_efficient_attention(q, k, v, bucket_size=1):  # the masked (N, N) form
     n = q.shape[2]
