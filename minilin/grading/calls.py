@@ -153,17 +153,19 @@ class LargestOp(TorchDispatchMode):
     """Records the most elements of any tensor an operator produces while active (views and in-place results
     included): an (N, M) score matrix built without a matrix product, by broadcasting, shows up here. Also the
     peak of live bytes (`peak_bytes`): each new storage an operator returns, counted until it is freed, as
-    minilin.bench.LiveBytes counts them, so many small tensors kept alive at once show up too."""
+    minilin.bench.LiveBytes counts them, so many small tensors kept alive at once show up too. `ops` counts the
+    operators dispatched (a loop over tokens runs many more than a chunked form)."""
 
     def __init__(self):
         super().__init__()
-        self.largest, self.live, self.current, self.peak_bytes = 0, {}, 0, 0
+        self.largest, self.live, self.current, self.peak_bytes, self.ops = 0, {}, 0, 0, 0
 
     def _free(self, key):
         self.current -= self.live.pop(key, 0)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
+        self.ops += 1
         seen = {a.untyped_storage()._cdata for a in args if isinstance(a, torch.Tensor)}
         for t in (out if isinstance(out, (tuple, list)) else (out,)):
             if isinstance(t, torch.Tensor):
@@ -188,7 +190,7 @@ def _capture(call, fn, args, kwargs):
         with MatmulSpy() as spy, LargestOp() as sizes:
             out = fn(*args, **kwargs)
         return {"products": spy.products, "shape": tuple(getattr(out, "shape", ())), "largest": sizes.largest,
-                "peak_bytes": sizes.peak_bytes}
+                "peak_bytes": sizes.peak_bytes, "ops": sizes.ops}
     if call.capture.startswith("module:"):
         i = int(call.capture.split(":")[1])
         out = fn(*args, **kwargs)
