@@ -219,3 +219,25 @@ def test_missing_triton_is_one_clear_error(monkeypatch):
     monkeypatch.setattr(builtins, "__import__", no_triton)
     with pytest.raises(ImportError, match="pip install triton"):
         require_triton()
+
+
+@pytest.mark.skipif(not _have_triton(), reason="needs triton")
+def test_notebook_10_chooses_the_interpreter_before_it_imports_triton():
+    # Notebook 10 runs its kernels in its own process: without a GPU its first code cell must set TRITON_INTERPRET=1
+    # before triton is imported (afterwards the choice is made). Run that cell in a fresh process with no GPU
+    # visible and no TRITON_INTERPRET set, and ask triton whether it interprets.
+    import json
+    root = Path(__file__).resolve().parents[1]
+    nb = json.loads((root / "notebooks" / "10_write_the_kernel.ipynb").read_text(encoding="utf-8"))
+    setup = next("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code")
+    assert "import triton" in setup
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env.update(CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS="1")
+    code = setup + "\nfrom minilin.kernels.scan import interpreting\nassert interpreting(), 'triton compiles'\n"
+    run = subprocess.run([sys.executable, "-c", code], cwd=root / "notebooks", env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    # and the same cell with triton imported first fails loudly instead of running compiled kernels on a CPU
+    run = subprocess.run([sys.executable, "-c", "import triton\n" + setup], cwd=root / "notebooks", env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode != 0 and "restart the kernel" in run.stderr, run.stderr[-2000:]
