@@ -163,6 +163,27 @@ def test_tinylm_trains_with_a_triton_variant(attention, twin):
 
 
 @runs_here
+@pytest.mark.parametrize("attention", ["triton-linear", "triton-retention"])
+def test_train_command_runs_a_triton_variant(attention, tmp_path, monkeypatch):
+    # `python -m minilin train --attention triton-...` at a tiny size, a few steps: through the kernels (the
+    # interpreter on a CPU), not the PyTorch fallback, and it finishes with a finite loss
+    from minilin.__main__ import main
+    from minilin.kernels import scan
+    monkeypatch.chdir(tmp_path)
+    cls = {"triton-linear": scan.TritonLinearSelfAttention, "triton-retention": scan.TritonRetentionSelfAttention}
+    before = cls[attention].used_kernel
+    args = ["train", "--attention", attention, "--steps", "3", "--block-size", "32", "--dim", "32", "--depth", "1",
+            "--heads", "2", "--batch-size", "2", "--eval-batches", "1", "--eval-interval", "3", "--device", DEVICE,
+            "--no-progress", "--no-save", "--history", "history.json"]
+    assert main(args) == 0
+    assert cls[attention].used_kernel > before
+    import json
+    history = json.loads((tmp_path / "history.json").read_text())
+    assert history["step"] == [1, 2, 3], history
+    assert torch.isfinite(torch.tensor(history["loss"] + history["val_loss"])).all(), history
+
+
+@runs_here
 def test_bench_builders_agree_with_ours():
     from minilin.bench.methods import Tensors, linear_fn
     from minilin.gated_attention import retention_fn
