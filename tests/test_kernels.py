@@ -250,12 +250,13 @@ def test_notebook_10_chooses_the_interpreter_before_it_imports_triton():
     import json
     root = Path(__file__).resolve().parents[1]
     nb = json.loads((root / "notebooks" / "10_write_the_kernel.ipynb").read_text(encoding="utf-8"))
-    setup = next("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code")
-    assert "import triton" in setup
+    code = ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code"]
+    upto = next(i for i, s in enumerate(code) if "import triton" in s)
+    setup = "\n".join(code[:upto + 1])  # the cells up to the one that imports triton
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env.update(CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS="1")
-    code = setup + "\nfrom minilin.kernels.scan import interpreting\nassert interpreting(), 'triton compiles'\n"
-    run = subprocess.run([sys.executable, "-c", code], cwd=root / "notebooks", env=env, capture_output=True,
+    check = setup + "\nfrom minilin.kernels.scan import interpreting\nassert interpreting(), 'triton compiles'\n"
+    run = subprocess.run([sys.executable, "-c", check], cwd=root / "notebooks", env=env, capture_output=True,
                          text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]
     # and the same cell with triton imported first fails loudly instead of running compiled kernels on a CPU
