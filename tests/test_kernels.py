@@ -163,6 +163,27 @@ def test_tinylm_trains_with_a_triton_variant(attention, twin):
 
 
 @runs_here
+@pytest.mark.parametrize("attention", ["triton-linear", "triton-retention"])
+def test_train_command_runs_a_triton_variant(attention, tmp_path, monkeypatch):
+    # `python -m minilin train --attention triton-...` at a tiny size, a few steps: through the kernels (the
+    # interpreter on a CPU), not the PyTorch fallback, and it finishes with a finite loss
+    from minilin.__main__ import main
+    from minilin.kernels import scan
+    monkeypatch.chdir(tmp_path)
+    cls = {"triton-linear": scan.TritonLinearSelfAttention, "triton-retention": scan.TritonRetentionSelfAttention}
+    before = cls[attention].used_kernel
+    args = ["train", "--attention", attention, "--steps", "3", "--block-size", "32", "--dim", "32", "--depth", "1",
+            "--heads", "2", "--batch-size", "2", "--eval-batches", "1", "--eval-interval", "3", "--device", DEVICE,
+            "--no-progress", "--no-save", "--history", "history.json"]
+    assert main(args) == 0
+    assert cls[attention].used_kernel > before
+    import json
+    history = json.loads((tmp_path / "history.json").read_text())
+    assert history["step"] == [1, 2, 3], history
+    assert torch.isfinite(torch.tensor(history["loss"] + history["val_loss"])).all(), history
+
+
+@runs_here
 def test_bench_builders_agree_with_ours():
     from minilin.bench.methods import Tensors, linear_fn
     from minilin.gated_attention import retention_fn
@@ -219,3 +240,26 @@ def test_missing_triton_is_one_clear_error(monkeypatch):
     monkeypatch.setattr(builtins, "__import__", no_triton)
     with pytest.raises(ImportError, match="pip install triton"):
         require_triton()
+
+
+@pytest.mark.skipif(not _have_triton(), reason="needs triton")
+def test_notebook_10_chooses_the_interpreter_before_it_imports_triton():
+    # Notebook 10 runs its kernels in its own process: without a GPU its first code cell must set TRITON_INTERPRET=1
+    # before triton is imported (afterwards the choice is made). Run that cell in a fresh process with no GPU
+    # visible and no TRITON_INTERPRET set, and ask triton whether it interprets.
+    import json
+    root = Path(__file__).resolve().parents[1]
+    nb = json.loads((root / "notebooks" / "10_write_the_kernel.ipynb").read_text(encoding="utf-8"))
+    code = ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code"]
+    upto = next(i for i, s in enumerate(code) if "import triton" in s)
+    setup = "\n".join(code[:upto + 1])  # the cells up to the one that imports triton
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env.update(CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS="1")
+    check = setup + "\nfrom minilin.kernels.scan import interpreting\nassert interpreting(), 'triton compiles'\n"
+    run = subprocess.run([sys.executable, "-c", check], cwd=root / "notebooks", env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    # and the same cell with triton imported first fails loudly instead of running compiled kernels on a CPU
+    run = subprocess.run([sys.executable, "-c", "import triton\n" + setup], cwd=root / "notebooks", env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode != 0 and "restart the kernel" in run.stderr, run.stderr[-2000:]

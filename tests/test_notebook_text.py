@@ -217,6 +217,8 @@ def unsourced_numbers(path):
             continue
         text = VERSIONISH.sub(" ", re.sub(r"https?://\S+|\[[^\]]*\]\([^)]*\)", lambda m: m.group(0).split("](")[0],
                                           source(c)))
+        if i == 0:  # the opening's "about N minutes": estimates, the main line's checked by the budget test below
+            text = STATED_MINUTES.sub(" ", text)
         if re.search(r"\b[Tt]asks?\s+\d+\.\d+", text):   # task numbers ("Task 7.1 ..., 7.2 ...") are not measurements
             text = re.sub(rf"\b{chapter(path)}\.\d\b", " ", text)
         text = re.sub(r"\b[Tt]asks?\s+\d+\.\d+(?:\s*[–-]\s*\d+\.\d+)?", " ", text)

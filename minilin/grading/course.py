@@ -6,9 +6,9 @@ from pathlib import Path
 from minilin.cli import UsageError
 from minilin.grading import checks
 
-COURSE_CHAPTERS = tuple(range(1, 10))  # notebooks 01-09 (00 is the start page)
+COURSE_CHAPTERS = tuple(range(1, 11))  # notebooks 01-10 (00 is the start page)
 EXERCISE_MODULES = ("ex01_attention", "ex02_lowrank", "ex03_linformer", "ex04_performer", "ex05_peers", "ex06_memory",
-                    "ex07_lm", "ex08_limits", "ex09_gates")
+                    "ex07_lm", "ex08_limits", "ex09_gates", "ex10_kernel")
 
 
 def _load():
@@ -19,7 +19,7 @@ def _load():
     return chapters
 
 
-CHAPTERS = _load()  # {1: Chapter, 2: ..., 9: ...}
+CHAPTERS = _load()  # {1: Chapter, 2: ..., 10: ...}
 WITHOUT_EXERCISES = tuple(c for c in COURSE_CHAPTERS if c not in CHAPTERS)
 TASKS = {task.id: task for chapter in CHAPTERS.values() for task in chapter.tasks.values()}
 

@@ -222,7 +222,7 @@ every stub must still fail, so your own work never turns them red (grade your wo
 
 | folder | what is in it |
 |---|---|
-| `notebooks/` | the chapters, `00` to `09`: open them in order, starting with `00_start_here.ipynb` |
+| `notebooks/` | the chapters, `00` to `10`: open them in order, starting with `00_start_here.ipynb` |
 | `exercises/` | your work: one file of stubs per chapter that has exercises (`ex01_attention.py`, `ex02_lowrank.py`, ...) |
 | `minilin/` | the package the chapters build; each task's checks are in `minilin/grading/exNN_*.py` |
 | `tests/` | the course's tests; `tests/exercises/` runs each task's checks under pytest |
