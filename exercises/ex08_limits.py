@@ -5,6 +5,8 @@ Shapes follow the course convention: q (B, H, N, D), k (B, H, M, D), v (B, H, M,
 Linformer's projections E, F are (k, seq_len) shared by the heads or (H, k, seq_len) one per head, seq_len >= M.
 Only minilin.attention.softmax_attention may be called here (not minilin.lowrank, nor minilin.linformer).
 
+Tasks 8.2 and 8.4 are optional: they test the state that the recall appendix uses, not the main line.
+
 Each task has three hints, from a nudge to the formula. Read one, try, and read the next only if you are stuck.
 """
 import torch
@@ -38,7 +40,7 @@ def linformer_effective_map(q, k, E, F, mask=None):
 
 
 def state_readout(k, v, q):
-    """Task 8.2 (first function): store p key-value pairs in one fixed-size state and read it with queries.
+    """Task 8.2 (optional; first function): store p key-value pairs in one fixed-size state and read it with queries.
 
     k: (B, H, p, D) keys, v: (B, H, p, Dv) values, q: (B, H, Q, D) queries  ->  (B, H, Q, Dv)
     Linear attention without its normaliser keeps one (D, Dv) state per head, S = Σ_i k_i v_iᵀ, whatever p is;
@@ -55,7 +57,7 @@ def state_readout(k, v, q):
 
 
 def recall_accuracy(k, v):
-    """Task 8.2 (second function): the fraction of the p pairs that the state gives back.
+    """Task 8.2 (optional; second function): the fraction of the p pairs that the state gives back.
 
     k: (B, H, p, D), v: (B, H, p, Dv)  ->  (B, H) floating tensor, each entry in [0, 1]
     Query the state S = Σ_i k_i v_iᵀ with each stored key k_i; the pair is recalled when the stored value
@@ -98,7 +100,7 @@ def linformer_copy(v, positions, sharpness):
 
 
 def pairs_held(k, v, threshold=0.9):
-    """Task 8.4 (predict, then measure): how many pairs does a state of dimension D hold?
+    """Task 8.4 (optional; predict, then measure): how many pairs does a state of dimension D hold?
 
     k: (P, D) keys, v: (P, Dv) values (one head, no batch), threshold: a float in (0, 1]  ->  a Python int
     Store the first p pairs in one state S_p = Σ_{i<p} k_i v_iᵀ (Task 8.2's state, without batch and heads) and
