@@ -86,11 +86,10 @@ def blocked_attention_backward(q, k, v, out, lse, dout, block):
     Hint 2 (plan): before the loop, one number per query from dout and out (the softmax's gradient needs it). Then
         for each block of keys: its scores and probabilities; the block's gradients of the values and of the keys
         are its own, written once; the gradient of the queries gets this block's share added.
-    Hint 3 (formula): call the per-query number delta, the dot product of a row of dout with the same row of out.
-        For a block, the gradient of its values is P transposed times dout; the gradient of P is dout times the
-        block's values transposed; the gradient of the scores is P times (the gradient of P minus delta of the
-        row), entry by entry; the queries' gradient adds that times the block's keys, and the keys' gradient is its
-        transpose times the queries, both divided by √D.
+    Hint 3 (formula): put notebook 01's softmax Jacobian, diag(p) − p pᵀ, together with O = P V: the scores'
+        gradient is dS = P ∘ (dP − δ), with dP = dO Vᵀ and δ_i = rowsum(dO ∘ O), one number per query that needs
+        no other block (notebook 06, Check yourself 4, derives it). The rest is the chain rule through the two
+        products and the 1/√D scale.
     """
     raise NotImplementedError("Task 6.4")
 
