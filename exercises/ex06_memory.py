@@ -1,8 +1,8 @@
 """Exercises for notebook 06: memory and time.
 
 Implement each function, then grade yourself:  python -m minilin grade --chapter 6
-Tasks 6.1-6.3 and 6.5 are formulas: each returns a number computed from sizes alone, and the grader compares it with
-what minilin.bench's meters count when minilin's own code runs on the meta device (notebook 06, section 4).
+Tasks 6.1-6.3 and 6.5 (optional) are formulas: each returns a number computed from sizes alone, and the grader
+compares it with what minilin.bench's meters count when minilin's own code runs on meta tensors (notebook 06, section 4).
 Task 6.4 computes attention's gradients itself (torch only). Sizes: batch B, heads H, N queries, M (or n) keys and values, head
 dimension D, value dimension Dv, `itemsize` bytes per number (8 for float64, 4 for float32, 2 for bfloat16).
 Do not call minilin here.
@@ -95,7 +95,7 @@ def blocked_attention_backward(q, k, v, out, lse, dout, block):
 
 
 def causal_block_work(n, q_block, kv_block):
-    """Task 6.5 (predict, then measure): the share of the full N x N work a blocked causal kernel computes.
+    """Task 6.5 (predict, then measure; optional): the share of the N x N work a blocked causal kernel computes.
 
     A causal attention kernel cuts the queries into blocks of q_block and the keys into blocks of kv_block (the last
     ones may be shorter) and computes a whole (query block, key block) tile whenever at least one of its keys is
