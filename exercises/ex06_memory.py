@@ -1,8 +1,8 @@
 """Exercises for notebook 06: memory and time.
 
 Implement each function, then grade yourself:  python -m minilin grade --chapter 6
-Tasks 6.1-6.3 and 6.5 are formulas: each returns a number computed from sizes alone, and the grader compares it with
-what minilin.bench's meters count when minilin's own code runs on the meta device (notebook 06, section 4).
+Tasks 6.1-6.3 and 6.5 (optional) are formulas: each returns a number computed from sizes alone, and the grader
+compares it with what minilin.bench's meters count when minilin's own code runs on meta tensors (notebook 06, section 4).
 Task 6.4 computes attention's gradients itself (torch only). Sizes: batch B, heads H, N queries, M (or n) keys and values, head
 dimension D, value dimension Dv, `itemsize` bytes per number (8 for float64, 4 for float32, 2 for bfloat16).
 Do not call minilin here.
@@ -86,17 +86,16 @@ def blocked_attention_backward(q, k, v, out, lse, dout, block):
     Hint 2 (plan): before the loop, one number per query from dout and out (the softmax's gradient needs it). Then
         for each block of keys: its scores and probabilities; the block's gradients of the values and of the keys
         are its own, written once; the gradient of the queries gets this block's share added.
-    Hint 3 (formula): call the per-query number delta, the dot product of a row of dout with the same row of out.
-        For a block, the gradient of its values is P transposed times dout; the gradient of P is dout times the
-        block's values transposed; the gradient of the scores is P times (the gradient of P minus delta of the
-        row), entry by entry; the queries' gradient adds that times the block's keys, and the keys' gradient is its
-        transpose times the queries, both divided by √D.
+    Hint 3 (formula): put notebook 01's softmax Jacobian, diag(p) − p pᵀ, together with O = P V: the scores'
+        gradient is dS = P ∘ (dP − δ), with dP = dO Vᵀ and δ_i = rowsum(dO ∘ O), one number per query that needs
+        no other block (notebook 06, Check yourself 4, derives it). The rest is the chain rule through the two
+        products and the 1/√D scale.
     """
     raise NotImplementedError("Task 6.4")
 
 
 def causal_block_work(n, q_block, kv_block):
-    """Task 6.5 (predict, then measure): the share of the full N x N work a blocked causal kernel computes.
+    """Task 6.5 (predict, then measure; optional): the share of the N x N work a blocked causal kernel computes.
 
     A causal attention kernel cuts the queries into blocks of q_block and the keys into blocks of kv_block (the last
     ones may be shorter) and computes a whole (query block, key block) tile whenever at least one of its keys is
