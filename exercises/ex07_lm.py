@@ -1,6 +1,7 @@
 """Exercises for notebook 07: the pieces of a byte-level language model's data, loss and training loop on cases the
-notebook does not solve, a prediction of its decoding finding on new sizes (Task 7.9), and two extend tasks on
-decoding (Tasks 7.7 and 7.8: use the idea on a new case).
+notebook does not solve, a prediction of its decoding finding on new sizes (Task 7.9), and four optional tasks:
+7.4 (masked-LM corruption) and 7.6 (checkpoints), and two extend tasks on decoding (7.7 and 7.8: use the idea on a
+new case).
 
 Implement each function, then grade yourself:  python -m minilin grade --chapter 7
 Conventions (see minilin/data.py): tokens are UTF-8 bytes (ids 0..255), MASK_ID = 256 marks a hidden
@@ -44,7 +45,8 @@ def shift_with_documents(window, eos):
 
     Uses notebook 07, section 2 ("Batches and the shift") on a case it does not solve: packed training data puts
     documents one after another, each ended by an `eos` byte. The byte after an `eos` starts a new, unrelated
-    document: no model can predict it from the one before, so it carries no loss (target IGNORE).
+    document: the byte before tells nothing about it, and here it carries no loss (target IGNORE). That is a choice:
+    GPT-2 and nanoGPT keep it, since a document's first byte has a learnable distribution of its own.
     window: (B, L + 1) long tensor, eos: int  ->  (inputs (B, L), targets (B, L)): inputs[:, t] = window[:, t],
     targets[:, t] = window[:, t + 1], except IGNORE wherever inputs[:, t] == eos. Do not modify `window`. The checks
     use four window shapes, with eos bytes at random places, at the start and at the end.
@@ -61,7 +63,7 @@ def shift_with_documents(window, eos):
 def lm_loss(logits, targets):
     """Task 7.3 (a): mean cross-entropy in nats over the positions whose target is not IGNORE.
 
-    Revisits notebook 07, sections 2 and 4 (the loss of the training loop).
+    Revisits notebook 07, sections 3 and 5 (the loss, and the training loop).
     logits: (B, L, V) unnormalised scores, targets: (B, L) ints in 0..V-1 or IGNORE  ->  scalar tensor
     loss = mean over kept positions of -log softmax(logits)[target]. Use torch.log_softmax (stable) and
     gather; do not call torch.nn.functional.cross_entropy. The checks use two shapes (V = 256 and V = 11),
@@ -82,7 +84,7 @@ def lm_loss(logits, targets):
 def bits_per_byte(loss_nats):
     """Task 7.3 (b): a loss in nats per byte -> bits per byte (a float).
 
-    Revisits notebook 07, section 4 ("Bits per byte").
+    Revisits notebook 07, section 3 (the loss in nats per byte, or bits per byte).
     A model that knows nothing (uniform over 256 bytes) scores log2(256) = 8 bits per byte; gzip gets ~2-3
     on English text. loss_nats may be a Python float or a 0-d tensor (the checks use both).
 
@@ -95,9 +97,9 @@ def bits_per_byte(loss_nats):
 
 
 def mask_for_mlm(tokens, *, generator, mask_prob=0.15):
-    """Task 7.4: BERT's masked-LM corruption -> (corrupted, targets), both shaped like tokens.
+    """Task 7.4 (optional): BERT's masked-LM corruption -> (corrupted, targets), both shaped like tokens.
 
-    Revisits notebook 07, section 2 ("Masked LM").
+    Revisits notebook 07's appendix "can Linformer train as a masked LM on bytes?".
     Select each position independently with probability mask_prob.
     A selected position becomes MASK_ID with probability 0.8, a uniformly random byte (0..255, drawn for each
     position) with probability 0.1, and keeps its byte with probability 0.1. targets = the original byte at
@@ -123,8 +125,7 @@ def mask_for_mlm(tokens, *, generator, mask_prob=0.15):
 def wsd_lr(step, *, lr, steps, warmup, decay, min_lr):
     """Task 7.5: a warm-up, stable, decay (WSD) learning-rate schedule at 0-based `step`.
 
-    Uses the schedules of notebook 07 (section 5 trains at a constant rate; the appendix draws the package's warm-up
-    and cosine) on one no cell computes: the rate rises in a straight line over the first `warmup` steps, stays at
+    Section 5 of notebook 07 trains at a constant rate; this is a schedule no cell computes: the rate rises in a straight line over the first `warmup` steps, stays at
     lr, then falls in a straight line over the last `decay` steps, reaching min_lr at step `steps` and staying there
     for any later step. Long runs use it because a run can be stopped (decay started) at any point.
     Precisely: for step < warmup the rate is lr * (step + 1) / warmup; from step `warmup` to step `steps - decay` it
@@ -142,9 +143,9 @@ def wsd_lr(step, *, lr, steps, warmup, decay, min_lr):
 
 
 def save_checkpoint(obj, path):
-    """Task 7.6 (a): torch.save `obj` to `path` atomically.
+    """Task 7.6 (a, optional): torch.save `obj` to `path` atomically.
 
-    Revisits notebook 07, section 4, and its appendix ("Resume is bit-identical").
+    Saves the state of a training loop like section 5's (the package's `train` checkpoints the same way).
     A crash (or an object that fails to pickle) half-way through must never leave a truncated file at `path`:
     write to a temporary file in the same folder, then os.replace the temporary file over `path` (atomic).
     Remove the temporary file if saving fails, and re-raise the error.
@@ -162,12 +163,12 @@ def save_checkpoint(obj, path):
 
 
 def load_checkpoint(path):
-    """Task 7.6 (b): load a checkpoint without running arbitrary code (torch.load with weights only).
+    """Task 7.6 (b, optional): load a checkpoint without running arbitrary code (torch.load with weights only).
 
-    Revisits notebook 07, section 4, and its appendix.
+    Loads what Task 7.6 (a) saves.
     A pickle can execute anything when loaded; loading with weights_only=True accepts only tensors and plain
     containers (dict, list, int, float, str, ...) and raises pickle.UnpicklingError for anything else.
-    Load to the CPU (map_location="cpu").
+    Load to the CPU (map_location="cpu"). The checks read the arguments torch.load gets.
 
     Hint 1 (nudge): loading is one call; what matters is which keyword arguments you pass. What should happen to
         a file that holds something other than tensors and plain containers?
@@ -182,7 +183,7 @@ def load_checkpoint(path):
 def top_p_filter(logits, top_p):
     """Task 7.7 (use the idea on a new case): nucleus (top-p) filtering of next-byte logits.
 
-    Extends notebook 07, section 6 ("Generation"): the notebook samples with a temperature (and the package
+    Extends notebook 07, section 6 ("Make it write"): the notebook samples with a temperature (and the package
     with top_k); no cell cuts the distribution by probability mass.
     logits: (..., V) float, top_p: float in (0, 1]  ->  a tensor shaped like logits: each row's logits where
     the token is in the row's nucleus, -inf elsewhere. The nucleus is the smallest set of the likeliest tokens
@@ -206,7 +207,7 @@ def efficient_decode_step(q_t, k_t, v_t, state=None):
     """Task 7.8 (use the idea on a new case): one decoding step of causal efficient attention with a state of
     constant size.
 
-    Extends notebook 07, section 6 ("The recurrent form", "Decoding at constant memory"), to the causal
+    Extends notebook 07, section 7 ("Swap the attention": decoding at constant memory), to the causal
     kernel of linear-attention-transformer (notebook 05, section 3, "The causal variant"): φ_q = softmax of q
     over its features, φ_k = exp(k), out_t = Σ_{j ≤ t} (φ_q(q_t)·φ_k(k_j)) v_j / Σ_{j ≤ t} φ_q(q_t)·φ_k(k_j).
     q_t, k_t: (B, H, D), v_t: (B, H, Dv): the new token's query, key and value.
@@ -231,7 +232,8 @@ def predicted_crossover(heads, head_dim, features):
     """Task 7.9 (predict the finding): after how many tokens does a key/value cache outgrow a linear-attention state?
 
     Notebook 07, section 7 measures one case: at its sizes the cache of exact attention grows with every token and
-    the state of linear attention (S, z and a running maximum per feature, notebook 04) does not. Predict, for any
+    the state of linear attention does not. minilin's state per head is S (features x head_dim), z (features) and a
+    log-scale per feature (features numbers; always zeros for elu+1, but stored, and counted here). Predict, for any
     sizes, without building a model: the smallest number of tokens t >= 1 after which, in every layer and head, the
     key/value cache holds MORE numbers than the state, for a linear attention with `features` features per head
     (elu+1: features = head_dim; Performer: features = m).
@@ -246,7 +248,8 @@ def predicted_crossover(heads, head_dim, features):
     Hint 2 (plan): the state's size for one head (a features x head_dim matrix and two vectors of length features),
         the cache's size after t tokens for one head (keys and values); the heads and the layers multiply both sides
         alike; solve for the first t where the cache is larger.
-    Hint 3 (formula): the state holds F·D + 2F numbers per head, the cache 2·t·D; the smallest t with 2tD > FD + 2F
-        is the integer part of (FD + 2F) / (2D), plus one.
+    Hint 3 (formula): per head, count the numbers of S, of z and of the log-scale (none depends on t);
+        the cache holds 2·t·D per head (a key and a value per token). Write the inequality "cache > state" and
+        find its smallest integer solution t; check it on the notebook's case (the table of section 7).
     """
     raise NotImplementedError("Task 7.9")

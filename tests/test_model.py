@@ -202,6 +202,8 @@ def test_rotary_scores_depend_on_relative_position_only():
         for d in range(-5, 6):
             diag = torch.diagonal(s, offset=d, dim1=-2, dim2=-1)
             torch.testing.assert_close(diag, diag[..., :1].expand_as(diag), rtol=0, atol=TOL)
+        # ... and do depend on it: a rotary that rotates nothing (or by angle 0) gives q·k everywhere
+        assert (s[..., 1, 0] - s[..., 5, 0]).abs().min() > 1e-3 and (s[..., 0, 1] - s[..., 0, 5]).abs().min() > 1e-3
         if offset == 0:
             base = s
         torch.testing.assert_close(s, base, rtol=0, atol=TOL)

@@ -31,7 +31,7 @@ class Call:
     fn: str
     args: tuple = ()
     kwargs: dict = dataclasses.field(default_factory=dict)
-    capture: str = "value"  # value | module:<i> (state_dict of argument i) | matmul_shapes (+ largest) | each
+    capture: str = "value"  # value | module:<i> (its state_dict) | matmul_shapes (+ largest) | each | load_kwargs
     raises: tuple = ()
     label: str = ""
 
@@ -191,6 +191,17 @@ def _capture(call, fn, args, kwargs):
             out = fn(*args, **kwargs)
         return {"products": spy.products, "shape": tuple(getattr(out, "shape", ())), "largest": sizes.largest,
                 "peak_bytes": sizes.peak_bytes, "ops": sizes.ops}
+    if call.capture == "load_kwargs":  # torch.load's arguments as passed: its weights_only default changed in 2.6
+        real, seen = torch.load, []
+
+        def spy(f, map_location=None, *rest, weights_only=None, **kw):
+            seen.append({"weights_only": weights_only, "map_location": str(map_location)})
+            return real(f, map_location, *rest, weights_only=weights_only, **kw)
+        torch.load = spy
+        try:
+            return {"calls": seen, "value": fn(*args, **kwargs)}
+        finally:
+            torch.load = real
     if call.capture.startswith("module:"):
         i = int(call.capture.split(":")[1])
         out = fn(*args, **kwargs)

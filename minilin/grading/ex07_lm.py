@@ -95,7 +95,7 @@ def _within(call, share, p, n, what):
     expect(abs(share - p) < bound, call, f"{share:.4f} of {what}, expected {p:.4f} ± {bound:.4f} (4 standard errors)")
 
 
-@CHAPTER.task("7.4", "mask_for_mlm")
+@CHAPTER.task("7.4", "mask_for_mlm", extend=True)
 def mask_for_mlm(f):
     """BERT's 80/10/10 masked-LM corruption"""
     # 64 x 256 = 16384 positions (and 40 x 100 at 0.3); bounds are 4 binomial standard errors
@@ -187,7 +187,7 @@ def wsd_lr(f):
                     what="the schedule written as three ranges, at every step")
 
 
-@CHAPTER.task("7.6", "save_checkpoint", "load_checkpoint")
+@CHAPTER.task("7.6", "save_checkpoint", "load_checkpoint", extend=True)
 def checkpoint(save, load):
     """atomic checkpoint saving and weights-only loading"""
     state = {"model": {"w": torch.arange(6.0).view(2, 3)}, "step": 7, "history": [5.5, 4.25]}
@@ -207,6 +207,18 @@ def checkpoint(save, load):
         expect(files == ["ckpt.pt"], calls[3], f"the folder holds {files}; expected only ckpt.pt (remove the "
                                                "temporary file when saving fails)")
     yield check(*calls, judge=judge)
+    spied = dataclasses.replace(load(ckpt), capture="load_kwargs", label="load_checkpoint('ckpt.pt')")
+
+    def judge_kwargs(_, got):
+        seen = got.get("calls") if isinstance(got, dict) else None
+        expect(bool(seen), spied, "torch.load was never called: load the file with torch.load")
+        expect(all(c["weights_only"] is True for c in seen), spied, f"torch.load got weights_only="
+               f"{[c['weights_only'] for c in seen]}: pass weights_only=True (the default was False before PyTorch "
+               "2.6; only the argument makes the load safe on every version)")
+        expect(all(c["map_location"] == "cpu" for c in seen), spied, f"torch.load got map_location="
+               f"{[c['map_location'] for c in seen]}: pass map_location='cpu' (a file saved on a GPU then loads "
+               "on a machine without one)")
+    yield check(saved, spied, judge=judge_kwargs)
     refused = expecting(load(evil), "UnpicklingError")
     yield check(Fn("@write_unsafe_pickle")(evil), refused, judge=lambda _, got: expect(
         isinstance(got, Raised), refused, "loaded a pickled arbitrary object: load with weights only"))

@@ -14,6 +14,18 @@ from minilin.grading.runner import run_in_process
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
+SAVE = """import os
+import torch
+def save_checkpoint(obj, path):  # right: a temporary file, then os.replace
+    tmp = path + ".tmp"
+    try:
+        torch.save(obj, tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+"""
 ELU = "import torch\nphi = lambda x: torch.nn.functional.elu(x) + 1\n"
 
 MUTANTS = {
@@ -165,6 +177,12 @@ def mask_for_mlm(tokens, *, generator, mask_prob=0.15):  # corrupts the caller's
     swap = selected & (u >= 0.8) & (u < 0.9)
     tokens[swap] = random_bytes[swap]
     return tokens, targets
+"""),
+    "7.6-default-load": ("7.6", "load_checkpoint", SAVE + """def load_checkpoint(path):  # safe only where the default is
+    return torch.load(path)
+"""),
+    "7.6-no-map-location": ("7.6", "load_checkpoint", SAVE + """def load_checkpoint(path):  # a GPU file fails on a CPU machine
+    return torch.load(path, weights_only=True)
 """),
     "7.7-inclusive-sum": ("7.7", "top_p_filter", """import torch
 def top_p_filter(logits, top_p):  # drops the token that crosses top_p (and may keep none)
