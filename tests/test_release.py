@@ -281,6 +281,12 @@ def _bound_and_used(source):
     for node in ast.walk(tree):
         if isinstance(node, ast.Name):
             (bound if isinstance(node.ctx, (ast.Store, ast.Del)) else used).add(node.id)
+        elif isinstance(node, (ast.Subscript, ast.Attribute)) and isinstance(node.ctx, ast.Store):
+            base = node.value  # `curves["x"] = ...` adds to curves: a later reader needs this cell too
+            while isinstance(base, (ast.Subscript, ast.Attribute)):
+                base = base.value
+            if isinstance(base, ast.Name):
+                bound.add(base.id)
         elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             bound.add(node.name)
         elif isinstance(node, ast.alias):
@@ -292,12 +298,12 @@ def _bound_and_used(source):
 
 def committed_cells(path):
     """A notebook's first code cell (its imports), the code cells that read results/reference/ (by path, or
-    through a `committed(...)` helper defined earlier), and each
+    through a `committed(...)` or `reference_file(...)` helper defined earlier), and each
     earlier cell that last defines a name they use (transitively), in the notebook's order; or []."""
     cells = [c for c in json.loads(path.read_text(encoding="utf-8"))["cells"] if c["cell_type"] == "code"]
     code = ["".join(c["source"]) for c in cells]
     names = [_bound_and_used(s) for s in code]
-    keep = {0} | {i for i, s in enumerate(code) if i and re.search(r'"results" / "reference"|results/reference/|\bcommitted\(', s)}
+    keep = {0} | {i for i, s in enumerate(code) if i and re.search(r'"results" / "reference"|results/reference/|\b(?:committed|reference_file)\(', s)}
     if keep == {0}:
         return []
     todo = sorted(keep)
