@@ -70,7 +70,7 @@ def backward_cost(n, d, chunk, itemsize):
     Hint 2 (plan): count the products of each kind in the two scans, multiply by their FLOPs, add, and multiply
         by the number of chunks, rounded up. For the bytes, count the (n × d) tensors read and written by the two
         kernels together.
-    Hint 3 (formula): the dq scan does two products of 2c²d and two of 2cd² FLOPs per chunk; the dk, dv scan four
-        of 2c²d and three of 2cd². So flops = ceil(n / c) (12 c² d + 10 c d²) and bytes = 10 n d times the itemsize.
+    Hint 3 (formula): per chunk, the dq scan does two products with a (c × c) side and two with a (d × d) side;
+        the dk, dv scan four and three. Price each at 2 m k p, sum, and multiply by the chunks.
     """
     raise NotImplementedError("Task 10.2")

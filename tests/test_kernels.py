@@ -195,6 +195,21 @@ def test_bench_builders_agree_with_ours():
            retention_fn(40, make, causal=True, heads=2)(q, k, v), rel=1e-5)
 
 
+@pytest.mark.parametrize("n, d, chunk", [(4096, 64, 64), (1000, 32, 16)])
+def test_meta_backward_counts_the_graded_products(n, d, chunk):
+    # the benchmark's model of the backward (model_flops_fwdbwd) must count what Task 10.2 grades: bwd_dq's four
+    # products and bwd_dkdv's seven per chunk
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from minilin.grading.ex10_kernel import count
+    from minilin.kernels import chunk_scan
+    q = torch.empty(1, 1, n, d, device="meta", requires_grad=True)
+    o = chunk_scan(q, q, q, chunk_size=chunk)
+    with FlopCounterMode(display=False) as counter:
+        o.backward(torch.empty_like(o))
+    assert counter.get_total_flops() == count(n, d, chunk, 2)[0]
+
+
 @runs_here
 @pytest.mark.parametrize("call, message", [
     (lambda q, k, v: __import__("minilin.kernels", fromlist=["x"]).chunk_scan(q, k, v, chunk_size=24),

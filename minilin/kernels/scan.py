@@ -257,12 +257,16 @@ class _ChunkScan(torch.autograd.Function):
     @staticmethod
     def backward(ctx, do, dht):
         q, k, v, g, b, h0, ht = ctx.saved_tensors
-        if q.device.type == "meta":  # (the backward's products: two forward-sized scans)
-            NT = -(-q.shape[2] // ctx.chunk_size)
+        if q.device.type == "meta":  # the backward's products: bwd_dq's four, bwd_dkdv's seven (qc: q or k,
+            NT = -(-q.shape[2] // ctx.chunk_size)  # vc: v or do; G: a (K, V) state)
             qc = q.new_empty(*q.shape[:2], NT, ctx.chunk_size, q.shape[-1])
             vc = v.new_empty(*v.shape[:2], NT, ctx.chunk_size, v.shape[-1])
-            for _ in range(2):
-                (qc @ qc.transpose(-2, -1)) @ vc + qc @ (qc.transpose(-2, -1) @ vc)
+            G = qc.transpose(-2, -1) @ vc  # bwd_dq's state update k vᵀ
+            (vc @ vc.transpose(-2, -1)) @ qc + vc @ G.transpose(-2, -1)  # dq: do vᵀ, times k; do Gᵀ
+            a, ds = qc @ qc.transpose(-2, -1), vc @ vc.transpose(-2, -1)  # bwd_dkdv: q kᵀ, do vᵀ
+            ds.transpose(-2, -1) @ qc + vc @ G.transpose(-2, -1)  # dk: dsᵀ q + v Gᵀ
+            a.transpose(-2, -1) @ vc + qc @ G  # dv: aᵀ do + k G
+            qc.transpose(-2, -1) @ vc  # the carried state's update qᵀ do
             return (torch.empty_like(q), torch.empty_like(k), torch.empty_like(v),
                     None if g is None else torch.empty_like(g), None, None,
                     None if h0 is None else torch.empty_like(h0), None, None)
