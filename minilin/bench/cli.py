@@ -163,6 +163,17 @@ def _methods(text, quick):
         raise UsageError(f"--methods: {err}") from None
 
 
+def _triton_needs_a_device(methods, device):
+    """Triton methods run on a CUDA device, or on a CPU only in Triton's interpreter (TRITON_INTERPRET=1)."""
+    import torch
+    from minilin.variants import VARIANTS
+    triton = [m for m in methods if VARIANTS[get_method(m).variant].needs_gpu]
+    on_cuda = str(device).startswith("cuda") or (device in (None, "auto") and torch.cuda.is_available())
+    if triton and not on_cuda and os.environ.get("TRITON_INTERPRET") != "1":
+        raise UsageError(f"--methods: {', '.join(triton)} run(s) a Triton kernel: use --device cuda, or set "
+                         "TRITON_INTERPRET=1 to run it in Triton's interpreter on a CPU (slow; correctness only)")
+
+
 def config_from_args(args):
     """The BenchConfig of parsed arguments; UsageError for a value that parsing alone cannot reject."""
     quick = QUICK if args.quick else {}
@@ -170,12 +181,14 @@ def config_from_args(args):
     passes = tuple(p.strip() for p in text.split(",") if p.strip())
     if not passes or any(p not in PASSES for p in passes):
         raise UsageError(f"--passes: use fwd, fwdbwd or fwd,fwdbwd, got {args.passes!r}")
+    methods = _methods(args.methods, quick)
+    _triton_needs_a_device(methods, args.device)
     d = BenchConfig()
     pick = lambda value, key: value if value is not None else quick.get(key, getattr(d, key))
     return BenchConfig(
         lengths=pick(args.lengths, "lengths"),
         model_lengths=args.model_lengths if args.model_lengths or args.lengths else quick.get("model_lengths"),
-        methods=_methods(args.methods, quick),
+        methods=methods,
         batch=args.batch, heads=args.heads, dim_head=args.dim_head, nb_features=args.nb_features,
         device=args.device, dtype=args.dtype, passes=passes,
         min_run_time=pick(args.min_run_time, "min_run_time"), rounds=pick(args.rounds, "rounds"),

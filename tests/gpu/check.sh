@@ -6,7 +6,7 @@
 # It writes a short report (default results/gpu-check/report.md, with the logs beside it) and exits 1 when a step
 # fails, 2 on a usage error or a missing package.
 #
-#   bash tests/gpu/check.sh                      # on a CUDA machine: about 6-8 minutes on one H200
+#   bash tests/gpu/check.sh                      # on a CUDA machine: about 6-8 minutes on one H200 (before the Triton step: not yet timed there)
 #   bash tests/gpu/check.sh --device cpu --notebooks notebooks/00_start_here.ipynb   # what CI runs (it cannot rot)
 #
 # Offline machines with their own PyTorch: see README, "GPU notes" (bring nbval & co. as wheels).
@@ -81,6 +81,10 @@ if [ "$device" = cuda ]; then
   step "causal bench, bf16" "$out/bench.log" "$py" -m minilin bench --device cuda --dtype bfloat16 \
     --lengths 1024,4096,16384,65536 --methods sdpa-causal,performer-causal,linear-causal,retention-causal,gla-causal,deltanet-causal,gated-deltanet-causal \
     --passes fwd --rounds 5 --no-progress --out "$out/bench"
+  # chapter 10's Triton scans against FlashAttention and the eager scan, forward and forward+backward (issue goals)
+  step "Triton scans, bf16" "$out/bench.log" "$py" -m minilin bench --device cuda --dtype bfloat16 \
+    --lengths 1024,4096,16384,65536 --methods sdpa-causal,linear-causal,triton-linear-causal,triton-retention-causal \
+    --passes fwd,fwdbwd --rounds 5 --no-progress --out "$out/bench-triton"
 else
   step "causal bench, float32 (small)" "$out/bench.log" "$py" -m minilin bench --device cpu --dtype float32 \
     --lengths 128,256 --model-lengths 256 --methods sdpa-causal,linear-causal --passes fwd --rounds 2 --no-plots \
