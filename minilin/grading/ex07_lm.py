@@ -218,6 +218,7 @@ def checkpoint(save, load):
         expect(all(c["map_location"] == "cpu" for c in seen), spied, f"torch.load got map_location="
                f"{[c['map_location'] for c in seen]}: pass map_location='cpu' (a file saved on a GPU then loads "
                "on a machine without one)")
+        expect_close(got.get("value"), state, call=spied, what="the state loaded through the spied torch.load")
     yield check(saved, spied, judge=judge_kwargs)
     refused = expecting(load(evil), "UnpicklingError")
     yield check(Fn("@write_unsafe_pickle")(evil), refused, judge=lambda _, got: expect(
