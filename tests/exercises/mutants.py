@@ -18,3 +18,12 @@ def assert_fails(task_id, code, tmp_path, name=None):
     spec.loader.exec_module(module)
     with pytest.raises(AssertionError):
         run_in_process(TASKS[task_id], module)
+
+
+def edited(solution_file, edits, name):
+    """The solution's source with each (line, wrong line) pair of `edits` (a flat tuple) swapped in, once each."""
+    code = solution_file.read_text(encoding="utf-8")
+    for line, wrong in zip(edits[::2], edits[1::2]):
+        assert code.count(line) == 1, f"{name}: the solution's line is gone or repeated: {line!r}"
+        code = code.replace(line, wrong)
+    return code

@@ -11,6 +11,27 @@ from minilin.grading.runner import run_in_process
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
+
+_BACKWARD_HEAD = ("import math, torch\n"
+                  "def blocked_attention_backward(q, k, v, out, lse, dout, block):\n"
+                  "    c = 1 / math.sqrt(q.shape[-1])\n"
+                  "    delta = (dout * out).sum(-1, keepdim=True)\n"
+                  "    dq, dks, dvs = torch.zeros_like(q), [], []\n"
+                  "    for s in range(0, k.shape[-2], block):\n"
+                  "        kb, vb = k[..., s:s + block, :], v[..., s:s + block, :]\n")
+
+
+def _backward(p="torch.exp(q @ kb.transpose(-2, -1) * c - lse[..., None])",
+              ds="p * (dout @ vb.transpose(-2, -1) - delta)", dq="dq + ds @ kb * c", dk="ds.transpose(-2, -1) @ q * c"):
+    """Task 6.4's blocked backward with one of its lines (p, ds, dq or dk) replaced by a wrong one."""
+    return (_BACKWARD_HEAD +
+            f"        p = {p}\n"
+            "        dvs.append(p.transpose(-2, -1) @ dout)\n"
+            f"        ds = {ds}\n"
+            f"        dq = {dq}\n"
+            f"        dks.append({dk})\n"
+            "    return dq, torch.cat(dks, -2), torch.cat(dvs, -2)\n")
+
 MUTANTS = {
     # 6.1: notebook 06's count for N = M and D = Dv, written with N everywhere
     "6.1 N = M": ("exact_saved_bytes", "def exact_saved_bytes(B, H, N, M, D, Dv, itemsize):\n"
@@ -42,61 +63,15 @@ MUTANTS = {
                                             "        raise ValueError(method)\n"
                                             "    return c[method](size) // (4 * D) + 1\n"),
     # 6.4: each block's probabilities normalised within the block (its own softmax), not by the saved lse
-    "6.4 tile softmax": ("blocked_attention_backward", "import math, torch\n"
-               "def blocked_attention_backward(q, k, v, out, lse, dout, block):\n"
-               "    c = 1 / math.sqrt(q.shape[-1])\n"
-               "    delta = (dout * out).sum(-1, keepdim=True)\n"
-               "    dq, dks, dvs = torch.zeros_like(q), [], []\n"
-               "    for s in range(0, k.shape[-2], block):\n"
-               "        kb, vb = k[..., s:s + block, :], v[..., s:s + block, :]\n"
-               "        p = torch.softmax(q @ kb.transpose(-2, -1) * c, -1)\n"
-               "        dvs.append(p.transpose(-2, -1) @ dout)\n"
-               "        ds = p * (dout @ vb.transpose(-2, -1) - delta)\n"
-               "        dq = dq + ds @ kb * c\n"
-               "        dks.append(ds.transpose(-2, -1) @ q * c)\n"
-               "    return dq, torch.cat(dks, -2), torch.cat(dvs, -2)\n"),
+    "6.4 tile softmax": ("blocked_attention_backward", _backward(
+        p="torch.softmax(q @ kb.transpose(-2, -1) * c, -1)")),
     # 6.4: the saved lse divided out after exp: exp of raw scores overflows on large scores
-    "6.4 no shift": ("blocked_attention_backward", "import math, torch\n"
-               "def blocked_attention_backward(q, k, v, out, lse, dout, block):\n"
-               "    c = 1 / math.sqrt(q.shape[-1])\n"
-               "    delta = (dout * out).sum(-1, keepdim=True)\n"
-               "    dq, dks, dvs = torch.zeros_like(q), [], []\n"
-               "    for s in range(0, k.shape[-2], block):\n"
-               "        kb, vb = k[..., s:s + block, :], v[..., s:s + block, :]\n"
-               "        p = torch.exp(q @ kb.transpose(-2, -1) * c) / torch.exp(lse)[..., None]\n"
-               "        dvs.append(p.transpose(-2, -1) @ dout)\n"
-               "        ds = p * (dout @ vb.transpose(-2, -1) - delta)\n"
-               "        dq = dq + ds @ kb * c\n"
-               "        dks.append(ds.transpose(-2, -1) @ q * c)\n"
-               "    return dq, torch.cat(dks, -2), torch.cat(dvs, -2)\n"),
+    "6.4 no shift": ("blocked_attention_backward", _backward(
+        p="torch.exp(q @ kb.transpose(-2, -1) * c) / torch.exp(lse)[..., None]")),
     # 6.4: the softmax's gradient without its row term delta (dS = P * dP)
-    "6.4 no delta": ("blocked_attention_backward", "import math, torch\n"
-               "def blocked_attention_backward(q, k, v, out, lse, dout, block):\n"
-               "    c = 1 / math.sqrt(q.shape[-1])\n"
-               "    delta = (dout * out).sum(-1, keepdim=True)\n"
-               "    dq, dks, dvs = torch.zeros_like(q), [], []\n"
-               "    for s in range(0, k.shape[-2], block):\n"
-               "        kb, vb = k[..., s:s + block, :], v[..., s:s + block, :]\n"
-               "        p = torch.exp(q @ kb.transpose(-2, -1) * c - lse[..., None])\n"
-               "        dvs.append(p.transpose(-2, -1) @ dout)\n"
-               "        ds = p * (dout @ vb.transpose(-2, -1))\n"
-               "        dq = dq + ds @ kb * c\n"
-               "        dks.append(ds.transpose(-2, -1) @ q * c)\n"
-               "    return dq, torch.cat(dks, -2), torch.cat(dvs, -2)\n"),
+    "6.4 no delta": ("blocked_attention_backward", _backward(ds="p * (dout @ vb.transpose(-2, -1))")),
     # 6.4: the 1/sqrt(D) of the scores forgotten in dq and dk
-    "6.4 no scale": ("blocked_attention_backward", "import math, torch\n"
-               "def blocked_attention_backward(q, k, v, out, lse, dout, block):\n"
-               "    c = 1 / math.sqrt(q.shape[-1])\n"
-               "    delta = (dout * out).sum(-1, keepdim=True)\n"
-               "    dq, dks, dvs = torch.zeros_like(q), [], []\n"
-               "    for s in range(0, k.shape[-2], block):\n"
-               "        kb, vb = k[..., s:s + block, :], v[..., s:s + block, :]\n"
-               "        p = torch.exp(q @ kb.transpose(-2, -1) * c - lse[..., None])\n"
-               "        dvs.append(p.transpose(-2, -1) @ dout)\n"
-               "        ds = p * (dout @ vb.transpose(-2, -1) - delta)\n"
-               "        dq = dq + ds @ kb\n"
-               "        dks.append(ds.transpose(-2, -1) @ q)\n"
-               "    return dq, torch.cat(dks, -2), torch.cat(dvs, -2)\n"),
+    "6.4 no scale": ("blocked_attention_backward", _backward(dq="dq + ds @ kb", dk="ds.transpose(-2, -1) @ q")),
     # 6.4: right numbers from the whole probability matrix at once (the memory the task removes)
     "6.4 all scores": ("blocked_attention_backward", "import math, torch\n"
                "def blocked_attention_backward(q, k, v, out, lse, dout, block):\n"
@@ -105,13 +80,7 @@ MUTANTS = {
                "    ds = p * (dout @ v.transpose(-2, -1) - (dout * out).sum(-1, keepdim=True))\n"
                "    return ds @ k * c, ds.transpose(-2, -1) @ q * c, p.transpose(-2, -1) @ dout\n"),
     # 6.4: right numbers, one block at a time, but every block's probabilities kept alive until the end
-    "6.4 keeps all blocks": ("blocked_attention_backward", "import math, torch\n"
-               "def blocked_attention_backward(q, k, v, out, lse, dout, block):\n"
-               "    c = 1 / math.sqrt(q.shape[-1])\n"
-               "    delta = (dout * out).sum(-1, keepdim=True)\n"
-               "    dq, dks, dvs = torch.zeros_like(q), [], []\n"
-               "    for s in range(0, k.shape[-2], block):\n"
-               "        kb, vb = k[..., s:s + block, :], v[..., s:s + block, :]\n"
+    "6.4 keeps all blocks": ("blocked_attention_backward", _BACKWARD_HEAD +
                "        p = torch.exp(q @ kb.transpose(-2, -1) * c - lse[..., None])\n"
                "        dvs.append(p.transpose(-2, -1) @ dout)\n"
                "        dks.append(p)\n"

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from mutants import assert_fails
+from mutants import assert_fails, edited
 
 pytestmark = [pytest.mark.usefixtures("one_thread"), pytest.mark.needs_solutions]
 
@@ -108,11 +108,7 @@ MUTANTS = {
 
 
 def mutant(name):
-    code, edits = SOLUTION_FILE.read_text(encoding="utf-8"), MUTANTS[name]
-    for line, wrong in zip(edits[::2], edits[1::2]):
-        assert code.count(line) == 1, f"{name}: the solution's line is gone or repeated: {line!r}"
-        code = code.replace(line, wrong)
-    return code
+    return edited(SOLUTION_FILE, MUTANTS[name], name)
 
 
 @pytest.mark.parametrize("name", sorted(MUTANTS))
