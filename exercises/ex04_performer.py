@@ -1,13 +1,11 @@
 """Exercises for notebook 04: Performer (FAVOR+) from scratch.
 
 Implement each function, then grade yourself:  python -m minilin grade --chapter 4
-Shapes follow the course convention: q (B, H, N, D), k (B, H, M, D), v (B, H, M, Dv); a projection is an
-(m, D) matrix whose rows are the random directions w_i. Do not call minilin.performer here.
+Shapes: q (B, H, N, D), k (B, H, M, D), v (B, H, M, Dv); a projection is an (m, D) matrix whose rows are the
+random directions w_i. Do not call minilin.performer here.
 Reference: "Rethinking Attention with Performers", Choromanski et al. 2020, arXiv 2009.14794.
-Tasks 4.1 and 4.4 apply the notebook's ideas to cases it does not compute; Tasks 4.2 and 4.3 are optional rebuilds,
-without the package's code, of section 3's projection and of a FAVOR+ that stays finite for larger inputs than section 5's;
-Tasks 4.5 and 4.6 are extend tasks (4.6 optional); Task 4.7 is the predict-then-measure task: Theorem 2's gain for
-the hyperbolic features of Task 4.1, which the notebook never measures.
+Required: Tasks 4.1, 4.4 and 4.5. Optional: 4.2 and 4.3 (section 3's projection and section 5's stable FAVOR+,
+without the package), 4.6, and 4.7 (predict, then measure, Theorem 2's gain for Task 4.1's features).
 """
 import torch
 
@@ -38,7 +36,7 @@ def hyperbolic_random_features(x, projection):
 
 
 def orthogonal_projection(nb_features, dim, generator):
-    """Task 4.2 (optional rebuild): a block-orthogonal Gaussian projection (m, D), as in the paper's Theorem 2.
+    """Task 4.2 (optional): a block-orthogonal Gaussian projection (m, D), as in the paper's Theorem 2.
 
     Revisits notebook 04, section 3.
     Rows within a block of D rows are orthogonal, yet every row must still be marginally N(0, I_D) (so the
@@ -58,7 +56,7 @@ def orthogonal_projection(nb_features, dim, generator):
 
 
 def favor_noncausal(q, k, v, projection):
-    """Task 4.3 (optional rebuild): non-causal FAVOR+ attention, approximating softmax(q kᵀ/√D) v in O(N·m·D).
+    """Task 4.3 (optional): non-causal FAVOR+ attention, approximating softmax(q kᵀ/√D) v in O(N·m·D).
 
     Revisits notebook 04, sections 1.2 and 5.
     q: (B, H, N, D), k: (B, H, M, D), v: (B, H, M, Dv), projection: (m, D)  ->  (B, H, N, Dv)
@@ -98,12 +96,12 @@ def sliding_window_linear_attention(phi_q, phi_k, v, window):
 
 
 def favor_causal(q, k, v, projection):
-    """Task 4.5 (extend task): causal FAVOR+ that is stable in float32 and whose stabiliser never reads ahead.
+    """Task 4.5: causal FAVOR+ that is stable in float32 and whose stabiliser never reads ahead.
 
-    Extends notebook 04, sections 5 and 6: section 5 stabilises the non-causal form with maxima over all keys
-    (Task 4.3), and section 6 builds the causal prefix sums unstabilised, says (Appendix E shows) that a maximum
-    over all keys lets the future in once anything is added after the shift, and that a running maximum
-    rescales the prefix state. Here you put them together: the whole causal estimator, stable in float32.
+    Extends notebook 04, sections 5 and 6: section 5 stabilises the non-causal form with maxima over all keys,
+    which lets the future in (section 6 says so, Appendix E shows it); section 6 builds the causal prefix sums
+    unstabilised. Here you build the whole causal estimator, stable in float32, with a stabiliser that uses only
+    the keys so far.
     q, k: (B, H, N, D), v: (B, H, N, Dv), projection: (m, D)  ->  (B, H, N, Dv), with x' = x·D^(-1/4).
     The grader checks, on fresh inputs, agreement in float64 with the unstabilised causal estimate
     out_i = Σ_{j≤i} φ(q_i)·φ(k_j) v_j / Σ_{j≤i} φ(q_i)·φ(k_j), earlier outputs unchanged bit for bit when later
@@ -115,15 +113,16 @@ def favor_causal(q, k, v, projection):
     Hint 2 (plan): exponents as in Task 4.3; each query row shifted by its own maximum; for the keys, one
         running number r_j, the largest exponent of the keys up to j; a prefix state and normaliser carried
         from position to position (section 6), always held on the scale of the current r.
-    Hint 3 (formula): if the state holds e^(−r_old) Σ φ̂(k_j)[v_j | 1]ᵀ and r grows to r_new, the same sum on the
-        new scale is e^(r_old − r_new) ≤ 1 times it (section 6 derives it); a key added at position i enters on
-        the scale e^(−r_i). Check your first version against the unstabilised float64 formula on small inputs.
+    Hint 3 (formula): keep the state divided by the exponential of the current running number. When that number
+        grows, the state carried so far, put on the new scale, is multiplied by the exponential of the old number
+        minus the new one, at most 1; each new key enters divided by the exponential of the number at its own
+        position. Check your first version against the unstabilised float64 formula on small inputs.
     """
     raise NotImplementedError("Task 4.5")
 
 
 def causal_prefix_attention(phi_q, phi_k, v):
-    """Task 4.6 (extend task): causal linear attention when the N queries are the last N of M positions.
+    """Task 4.6 (optional): causal linear attention when the N queries are the last N of M positions.
 
     Extends notebook 04, section 6, where queries and keys have the same length. After a prompt of M − N
     tokens has been read, only the N newest positions need outputs: query i (0-based among the N) sits at
@@ -144,7 +143,7 @@ def causal_prefix_attention(phi_q, phi_k, v):
 
 
 def orthogonal_mse(x, y, nb_features, draws, generator):
-    """Task 4.7 (predict, then measure): do orthogonal rows help the *hyperbolic* features of Task 4.1 more?
+    """Task 4.7 (optional): do orthogonal rows help the *hyperbolic* features of Task 4.1 more?
 
     Notebook 04 measures Theorem 2's gain for the positive features only (section 3: orthogonal / iid about 0.8).
     Here the estimate is the hyperbolic one of Task 4.1, φhyp(x)·φhyp(y) of exp(xᵀy) from m = `nb_features`
@@ -163,10 +162,9 @@ def orthogonal_mse(x, y, nb_features, draws, generator):
     Hint 2 (plan): all iid projections at once, shape (draws, m, D); the orthogonal ones from one call of your
         Task 4.2 function for enough rows, cut so that each estimate gets its own block; then the same estimate
         and squared error for both.
-    Hint 3 (formula): one estimate is e^(−(|x|²+|y|²)/2) times the mean over its m rows of cosh(wᵢᵀ(x + y)); the
-        MSE is the mean over the draws of (estimate − exp(xᵀy))². The covariances of the cosh terms equal those
-        of the exp terms, so Theorem 2's gap is the same absolute amount as for φ+, taken from a smaller iid MSE:
-        Theorem 2 caps the ratio at 1 − gap / (Task 4.1's MSE); expect the measurement below the cap, as for φ+
-        in section 3.
+    Hint 3 (formula): one estimate is the exponential of minus half the sum of the squared norms of x and y, times
+        the mean over its m rows of the hyperbolic cosine of the row's dot product with x + y; the MSE is the mean
+        over the draws of the squared difference from exp(xᵀy). For the prediction, work out Hint 1's question
+        first, then what Theorem 2's gap is divided by.
     """
     raise NotImplementedError("Task 4.7")
