@@ -67,7 +67,7 @@ def transplant_into_lat(ours, lat):
     """Task 5.3: copy our EfficientSelfAttention's weights into a linear-attention-transformer SelfAttention.
 
     Uses notebook 05, section 3 (LAT's rows sum to D^-1/2) and section 4 (a weight transplant is tested by
-    comparing outputs); the notebook builds this pair with minilin's adapter only (Appendix C).
+    comparing outputs); the notebook does not build this pair.
     ours: minilin.efficient.EfficientSelfAttention(dim, heads, dim_head=D) (no q/k/v bias)
     lat:  linear_attention_transformer.linear_attention_transformer.SelfAttention(dim, heads, dim_head=D),
           non-causal, same sizes, random weights.  Returns lat, modified in place, such that

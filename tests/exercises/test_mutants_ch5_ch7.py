@@ -63,6 +63,11 @@ def transplant_into_lat(ours, lat):  # √8: right only for the notebook's head 
         lat.to_out.bias.copy_(ours.to_out.bias)
     return lat
 """),
+    "5.3-package-adapter": ("5.3", "transplant_into_lat", """from minilin.peers import lat_self_attention_from_ours
+def transplant_into_lat(ours, lat):  # right values, from the package's adapter: the honesty rule refuses it
+    lat.load_state_dict(lat_self_attention_from_ours(ours).state_dict())
+    return lat
+"""),
     "5.5-notebook-formula": ("5.5", "block_flops", """
 def block_flops(batch, n, dim, *, proj_len=None, ff_mult=4):  # the textbook's 24·n·d², ff_mult ignored
     mixing = 4 * n * n * dim if proj_len is None else 8 * n * proj_len * dim
@@ -245,3 +250,25 @@ def test_the_mutants_are_right_somewhere():
     exec(MUTANTS["5.8-no-scale"][2], ns)  # right for elu+1, wrong for softmax only
     from minilin.grading.ex05_peers import focus_scale_reference
     assert abs(ns["focus_scale"](16, 0.8) - focus_scale_reference(16, 0.8, "elu+1")) < 1e-9
+
+
+def test_the_package_adapter_computes_the_answer_and_is_refused_for_it(tmp_path):
+    """Task 5.3's answer is installed (minilin.peers' adapter); calling it scores nothing, and says why."""
+    pytest.importorskip("linear_attention_transformer")
+    from minilin.efficient import EfficientSelfAttention
+    from minilin.grading.checks import Failure
+    from linear_attention_transformer.linear_attention_transformer import SelfAttention
+    ns = {}
+    exec(MUTANTS["5.3-package-adapter"][2], ns)
+    torch.manual_seed(0)
+    ours = EfficientSelfAttention(20, heads=2, dim_head=5).double()
+    lat = ns["transplant_into_lat"](ours, SelfAttention(20, 2, dim_head=5).double())
+    x = torch.randn(2, 9, 20, dtype=torch.float64)
+    assert torch.allclose(lat(x), ours(x), atol=1e-12)  # right values: only the honesty rule can refuse it
+    path = tmp_path / "mutant_adapter.py"
+    path.write_text(MUTANTS["5.3-package-adapter"][2])
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    with pytest.raises(Failure, match=r"minilin\.peers\.lat_self_attention_from_ours .*write it yourself"):
+        run_in_process(TASKS["5.3"], module)
