@@ -5,7 +5,7 @@ Shapes follow the course convention: q (B, H, N, D), k (B, H, M, D), v (B, H, M,
 Linformer's projections E, F are (k, seq_len) shared by the heads or (H, k, seq_len) one per head, seq_len >= M.
 Only minilin.attention.softmax_attention may be called here (not minilin.lowrank, nor minilin.linformer).
 
-Tasks 8.2 and 8.4 are optional: they test the state that the recall appendix uses, not the main line.
+Tasks 8.2 and 8.4 are optional: they build by hand the fixed-size state of linear attention, beside the main line.
 
 Each task has three hints, from a nudge to the formula. Read one, try, and read the next only if you are stuck.
 """
@@ -45,13 +45,15 @@ def state_readout(k, v, q):
     k: (B, H, p, D) keys, v: (B, H, p, Dv) values, q: (B, H, Q, D) queries  ->  (B, H, Q, Dv)
     Linear attention without its normaliser keeps one (D, Dv) state per head, S = Σ_i k_i v_iᵀ, whatever p is;
     a query q reads out q S. Return the readout of every query.
-    Extends notebook 08's recall appendix (associative recall trained end to end) to a state built by hand.
+    Extends notebook 08's question (how much can a map of bounded size hold?) from a Linformer's k slots to a
+    linear-attention state built by hand.
 
     Hint 1 (nudge): the state does not grow with p: it is a sum of outer products, one per pair.
     Hint 2 (plan): build the state of every (batch, head) at once from the keys and the values, then multiply
         the queries by it. Nowhere do you need a (Q, p) matrix of scores, though the result is the same.
-    Hint 3 (formula): S = Σ_i k_i ⊗ v_i, a (D, Dv) matrix per head, and readout_j = Σ_d q_j[d] S[d, :]
-        = Σ_i (q_j · k_i) v_i.
+    Hint 3 (formula): the state is the sum, over the pairs, of each key's outer product with its value; a query's
+        readout is the query times the state, which is also every value weighted by its key's dot product with the
+        query.
     """
     raise NotImplementedError("Task 8.2")
 
@@ -64,12 +66,13 @@ def recall_accuracy(k, v):
     nearest (Euclidean distance) to the readout k_i S is v_i itself. Return the recalled fraction per head.
     With orthonormal keys and p <= D every pair comes back exactly; past p = D the keys cannot be orthogonal,
     the crosstalk Σ_{j≠i} (k_i · k_j) v_j grows, and the accuracy falls.
-    Extends notebook 08's recall appendix, as state_readout does.
+    Extends notebook 08's question to a linear-attention state, as state_readout does.
 
     Hint 1 (nudge): read the state with the keys themselves, then compare each readout with every stored value.
     Hint 2 (plan): the readouts (B, H, p, Dv); the distances from each readout to each value (B, H, p, p); the
         index of the nearest value for each readout; how often it is the readout's own index.
-    Hint 3 (formula): recalled_i = [argmin_j ‖k_i S - v_j‖ = i], accuracy = (1/p) Σ_i recalled_i.
+    Hint 3 (formula): pair i counts as recalled when, of all p stored values, the nearest to its readout is
+        value i; the accuracy is the share of the p pairs recalled.
     """
     raise NotImplementedError("Task 8.2")
 
@@ -107,18 +110,18 @@ def pairs_held(k, v, threshold=0.9):
     read it with each of those p keys; a pair is recalled when the stored value nearest (Euclidean) to its readout
     is its own. Return the largest p such that every prefix 1, 2, ..., p recalls at least `threshold` of its
     pairs (0 when even p = 1 falls short).
-    Measures the question of notebook 08's recall appendix, how many pairs a fixed state gives back, on a state
-    built by hand. Before you run it, predict: for random unit keys of dimension D = 16 and Gaussian values of
+    Measures how many pairs a fixed-size state gives back, on a state built by hand. Before you run it, predict: for random unit keys of dimension D = 16 and Gaussian values of
     dimension 16, at threshold 0.9, is the answer below D, about D, or well above it? Then measure it on 50 draws
     (for s in range(50): g = torch.Generator().manual_seed(s); keys torch.nn.functional.normalize(torch.randn(64,
-    16, generator=g), dim=-1), values torch.randn(64, 16, generator=g)) and report the median and the range: one
-    draw alone says little.
+    16, generator=g, dtype=torch.float64), dim=-1), values torch.randn(64, 16, generator=g, dtype=torch.float64))
+    and report the median and the range: one draw alone says little.
 
     Hint 1 (nudge): grow the number of pairs one at a time, and stop at the first prefix that falls short.
     Hint 2 (plan): for p = 1, 2, ...: build the state from the first p keys and values, read it with those keys,
         find each readout's nearest stored value among the first p, and compare the recalled share with the
         threshold; keep the last p that passed.
-    Hint 3 (formula): held = max{p : for every p' <= p, (1/p') Σ_{i<p'} [argmin_j ‖k_i S_{p'} - v_j‖ = i]
-        >= threshold}, with S_{p'} = Σ_{i<p'} k_i v_iᵀ and j running over the first p' pairs.
+    Hint 3 (formula): the answer is the last prefix length before the first prefix whose recalled share falls
+        below the threshold; each prefix has its own state, built from its pairs only, and searches its own
+        values only.
     """
     raise NotImplementedError("Task 8.4")

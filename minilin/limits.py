@@ -1,8 +1,10 @@
-"""Notebook 08's experiments, defined once: the probes, the contenders, their learning-rate grids, one run.
+"""Notebook 08's copy and notebook 09's recall experiments, defined once: the probes, the contenders, their
+learning-rate grids, one run.
 
-Used by notebook 08 (its live runs) and by `tests/limits_runs.py`, which trains every grid point on three seeds
-and writes the committed grids `results/reference/limits_copy.csv` and `limits_recall.csv`. Both call `run`, so
-a live run and a committed row of the same (contender, lr, ef_lr_scale, seed) are the same computation.
+Used by notebooks 08 and 09 (their live runs and tables) and by `tests/limits_runs.py`, which trains every grid point
+on three seeds and writes the committed grids `results/reference/limits_copy.csv` and `limits_recall*.csv`. Both
+call `run`, so a live run and a committed row of the same (contender, lr, ef_lr_scale, seed) are the same
+computation.
 
 Contenders share one small TinyLM (one pre-norm block, width 64, two heads, rotary positions, bidirectional) and
 differ only in their attention. "selection" initialises Linformer's E = F to the first k positions (plus a little
@@ -262,7 +264,7 @@ def score(model, task, *, mix=None, device="cpu"):
 
 
 def gated_recall_contenders():
-    """Notebook 09's recall contenders beyond notebook 08's (same task, sizes, causal): decay, gate, delta rule."""
+    """Notebook 09's recall contenders beyond `recall_contenders` (same task, sizes, causal): decay, gate, delta rule."""
     return [Contender(name, name, causal=True) for name in ("retention", "gla", "deltanet", "gated-deltanet")]
 
 
@@ -289,7 +291,7 @@ LOW_LR = 1e-3      # notebook 09's third learning rate, below LRS: the lower edg
 
 
 def low_lr_recall_contenders():
-    """Notebook 09's recall models at one more learning rate, LOW_LR: notebook 08's exact and elu+1, the gated models
+    """Notebook 09's recall models at one more learning rate, LOW_LR: `recall_contenders`' exact and elu+1, the gated models
     with heads of 32, and every small-state model. With it each model's grid is (LOW_LR,) + LRS."""
     models = [c for c in recall_contenders() if c.name in ("exact", "elu+1")] + gated_recall_contenders()
     models += small_state_recall_contenders()

@@ -160,3 +160,18 @@ def test_the_committed_copy_grid_loads_with_its_rank_cuts():
     assert list(cuts.index) == [8, 16, 32, 48, 63] and list(cuts.columns) == [0, 1, 2]
     assert set(limits.load_recall_grid()) == {(c.name, p) for c in limits.scattered_recall_contenders()
                                               for p in limits.RECALL_HARD["pairs"]}
+
+
+def test_the_committed_copy_grids_best_points_are_interior_and_the_sweep_task_is_solvable():
+    """Notebook 08's grid checks, kept here out of the learner's path: where a best point sat on the edge of its
+    learning-rate grid, the rate beyond the edge (limits_copy_edges.csv) is worse, so the best point is interior; and
+    two exact blocks copy at every span of the rank sweep (the task is solvable where k = 16 falls short)."""
+    grid = limits.load_copy_grid()
+    mean_at = lambda model, lr: sum(grid.seeds_at(model, lr=lr)[0].values()) / 3
+    for k in (16, 32, 48, 64):
+        assert grid.seeds_at(f"Linformer k={k}")[1] == 3e-3
+        assert mean_at(f"Linformer k={k}", 1e-3) < mean_at(f"Linformer k={k}", 3e-3)
+    assert mean_at("Linformer k=32, selection init", 3e-2) < mean_at("Linformer k=32, selection init", 1e-2)
+    for span in limits.SWEEP["spans"]:
+        acc = grid.seeds_at("exact, 2 layers", limits.copy_task(span).name, lr=limits.SWEEP["lr"])[0]
+        assert min(acc.values()) >= 0.95, (span, acc)

@@ -4,8 +4,7 @@ Task 8.1 builds the effective Linformer map A F for per-head projections, shorte
 notebook computes it only for one model through limits.effective_map); 8.2 (associative recall from a fixed-size
 linear-attention state, exact for orthonormal keys and failing past p = D) and 8.3 (a selection E = F with which
 Linformer copies chosen positions) are extend tasks: the chapter's idea on a case no notebook cell solves; 8.4
-measures how many pairs a state of dimension D holds (predict, then measure, over 50 draws: the recall appendix's
-question on a hand-built state).
+measures how many pairs a state of dimension D holds (predict, then measure, over 50 draws).
 """
 import itertools
 import math
