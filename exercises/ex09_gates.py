@@ -13,26 +13,35 @@ import math
 import torch
 
 
-def gated_delta_loop(q, k, v, beta, log_alpha, initial_state=None):
-    """Task 9.1: the gated delta rule (Gated DeltaNet, arXiv 2412.06464, eq. 10), one token at a time.
+def chunked_gated_delta(q, k, v, beta, log_alpha, chunk_size, initial_state=None):
+    """Task 9.1: the gated delta rule (Gated DeltaNet, arXiv 2412.06464, eq. 10) in chunks.
 
-    q, k: (B, H, N, Dk), v: (B, H, N, Dv), beta: (B, H, N), log_alpha: (B, H, N) <= 0,
-    initial_state: (B, H, Dk, Dv) or None (zeros)  ->  (o (B, H, N, Dv), final state (B, H, Dk, Dv))
-    Token t first forgets, then writes the error of what the forgotten state predicts:
-        S_t = α_t (I − β_t k_t k_tᵀ) S_{t-1} + β_t k_t v_tᵀ,  α_t = exp(log_alpha_t),  o_t = S_tᵀ q_t / √Dk.
-    Revisits notebook 09, section 1 ("The recurrence": retention, GLA, the delta rule and the gated delta rule as
-    token loops), from a given initial state and with Dk != Dv. Checked against the token-by-token definition
-    on three shapes (one of a single token), with α = 1 (the plain delta rule), with β = 0 (nothing written: the
-    initial state only fades) and with keys that are not unit length.
+    q, k: (B, H, N, Dk), v: (B, H, N, Dv), beta: (B, H, N), log_alpha: (B, H, N) <= 0, chunk_size: a positive int
+    (it need not divide N, and may exceed it), initial_state: (B, H, Dk, Dv) or None (zeros)
+    ->  (o (B, H, N, Dv), final state (B, H, Dk, Dv))
+    The recurrence is S_t = α_t (I − β_t k_t k_tᵀ) S_{t-1} + β_t k_t v_tᵀ, α_t = exp(log_alpha_t),
+    o_t = S_tᵀ q_t / √Dk (the 1/√Dk scale is the package's default; the notebook passes scale=1.0).
+    Extends notebook 09, section 2, which derives the chunk form of the delta rule without a gate (one triangular
+    solve per chunk): here a decay, one number per head and token, multiplies the state before every write.
+    Checked against the token-by-token definition for chunk sizes 1, 3, 4, 10 and 16 with N = 10, with an
+    initial state and Dk != Dv, with α = 1 (the plain delta rule), with β = 0 (the initial state only fades),
+    with keys that are not unit length, and with gates that close almost completely (log decays of −100 to −120
+    a token: never form exp(+cumulative log decay) on its own). The checks also record the largest tensor you
+    build (a whole (N × N) matrix per head fails) and count the torch operations on N = 128 tokens with chunks of
+    8 and of 32: the count must fall with the chunk size, so a loop over the tokens fails.
 
-    Hint 1 (nudge): expand the product. Which state does the error v_t − (prediction) use: the one before the
-        gate or the one after it?
-    Hint 2 (plan): a Python loop over the N tokens; in it, scale the state by α_t (one number per batch row and
-        head), read the scaled state at k_t to get a (B, H, Dv) prediction, write β_t k_t times the error as an
-        outer product, then read the new state with the scaled query. Stack the N outputs along dim 2 and return
-        them with the last state.
-    Hint 3 (formula): S' = α_t S_{t-1}; e_t = v_t − S'ᵀ k_t; S_t = S' + β_t k_t e_tᵀ (an outer product, Dk × Dv);
-        o_t = S_tᵀ q_t / √Dk. This equals α_t (I − β_t k_t k_tᵀ) S_{t-1} + β_t k_t v_tᵀ.
+    Hint 1 (nudge): inside a chunk, write the state after token i as the decayed start state plus a sum of
+        decayed writes k_j δ_jᵀ, and ask what each decay factor is, measured from where to where.
+    Hint 2 (plan): redo the notebook's derivation of δ_i with the gate. With b the cumulative log decay from the
+        chunk's start, every term that held S_in gets the decay from the chunk's start to token i, and every
+        term that held an earlier δ_j the decay from token j to token i; the triangular system keeps its shape,
+        and the output and the next chunk's state gain the same kinds of factor.
+    Hint 3 (formula): the strictly lower matrix L holds β_i times (k_i · k_j) times the decay from j to
+        i; the right-hand side is β times the values, minus β times the decay from the chunk's start times the
+        keys multiplied by S_in; solve the unit lower-triangular system for the corrected values Δ. A token's
+        output is its query, decayed from the chunk's start, reading S_in, plus its masked, decayed scores with
+        the chunk's keys times Δ. The next state is S_in decayed through the whole chunk, plus each key decayed
+        to the chunk's end times its row of Δ. Every exponent is a difference of cumulative sums that is <= 0.
     """
     raise NotImplementedError("Task 9.1")
 
@@ -86,7 +95,9 @@ def repeated_write_error(initial_state, k, v, beta, t):
     Hint 1 (nudge): write down what one write does to the error itself, not to the state.
     Hint 2 (plan): the error before any write is v − S_0ᵀ k, per (batch, head); each write multiplies it by one
         number that depends only on β and the key's squared length; apply that number t times at once.
-    Hint 3 (formula): e_0 = v − S_0ᵀ k and e_{t} = (1 − β ‖k‖²) e_{t−1}, so e_t = (1 − β ‖k‖²)^t e_0.
+    Hint 3 (formula): write the error before any write, e_0, per batch row and head. Expand one write,
+        S ← S + β k eᵀ, and read the new state at k: the new error is the old one times a number built from β
+        and k's squared length. t writes multiply e_0 by that number t times; raise it to a power, no loop.
     """
     raise NotImplementedError("Task 9.3")
 
@@ -107,9 +118,10 @@ def writes_needed(beta, eps, key_norm=1.0):
     Hint 2 (plan): take the factor's absolute value r. Handle the special cases first (eps >= 1, r = 0, r >= 1);
         otherwise a logarithm gives the count, which you then check and correct by a step up or down, since the
         logarithms' round-off can land just on the wrong side of a whole number.
-    Hint 3 (formula): r = |1 − β ‖k‖²|; the answer is the smallest whole t >= 0 with r^t <= eps, that is
-        ⌈ln eps / ln r⌉ for 0 < r < 1 and eps < 1; 0 when eps >= 1; 1 when r = 0 (and eps < 1); None when r >= 1
-        and eps < 1.
+    Hint 3 (formula): call r the absolute value of the per-write factor of the first function. Decide
+        the cases where the answer needs no logarithm (eps already met, r zero, r not below one); otherwise the
+        answer is the first whole t whose t-th power of r is at most eps: get it from logarithms, then verify it
+        with the power itself and step by one if round-off put it on the wrong side.
     """
     raise NotImplementedError("Task 9.3")
 
@@ -134,8 +146,9 @@ def memory_crossover(layers, exact_layers, heads, dim_head, dim_k, dim_v, kv_ite
     Hint 2 (plan): the shared exact layers cancel, and so does the number of recurrent layers and of heads:
         compare one recurrent layer's one head with the KV cache that head would keep in exact attention. Then
         find the first whole n that is strictly past the point where the two are equal.
-    Hint 3 (formula): exact − hybrid = (layers − exact_layers) · heads · (2 · n · dim_head · kv_itemsize −
-        dim_k · dim_v · state_itemsize), positive exactly when n > dim_k · dim_v · state_itemsize / (2 · dim_head
-        · kv_itemsize); the answer is the whole part of that ratio plus one.
+    Hint 3 (formula): per recurrent layer and head, write the exact model's extra bytes at context n as
+        (what a cache of n tokens takes) minus (what the state takes). Solve for the n at which they are
+        equal; the answer is the first whole n strictly beyond it, which is not the same as rounding up when
+        the two are equal at a whole number.
     """
     raise NotImplementedError("Task 9.4")

@@ -4,18 +4,27 @@ import math
 import torch
 
 
-def gated_delta_loop(q, k, v, beta, log_alpha, initial_state=None):
+def chunked_gated_delta(q, k, v, beta, log_alpha, chunk_size, initial_state=None):
     B, H, N, Dk = q.shape
     q = q / math.sqrt(Dk)
     state = q.new_zeros(B, H, Dk, v.shape[-1]) if initial_state is None else initial_state
     outs = []
-    for t in range(N):
-        state = torch.exp(log_alpha[:, :, t])[..., None, None] * state  # forget first: α_t S_{t-1}
-        predicted = torch.einsum("bhkv,bhk->bhv", state, k[:, :, t])  # what the decayed state reads at k_t
-        error = v[:, :, t] - predicted
-        state = state + beta[:, :, t, None, None] * k[:, :, t, :, None] * error[:, :, None, :]  # write the error
-        outs.append(torch.einsum("bhkv,bhk->bhv", state, q[:, :, t]))
-    return torch.stack(outs, dim=2), state
+    for start in range(0, N, chunk_size):  # N/C chunks; the last may be shorter
+        stop = min(start + chunk_size, N)
+        qc, kc, vc, bc = q[:, :, start:stop], k[:, :, start:stop], v[:, :, start:stop], beta[:, :, start:stop]
+        b = log_alpha[:, :, start:stop].cumsum(dim=2)  # (B, H, c): log decay from the chunk's start to token i
+        c = stop - start
+        below = torch.ones(c, c, dtype=torch.bool, device=q.device).tril()
+        decay = torch.exp((b[..., :, None] - b[..., None, :]).masked_fill(~below, float("-inf")))  # e^(b_i − b_j)
+        lower = torch.tril(bc[..., None] * (kc @ kc.transpose(-2, -1)) * decay, diagonal=-1)  # L, strictly lower
+        rhs = torch.cat([bc[..., None] * vc, (bc * torch.exp(b))[..., None] * kc], dim=-1)
+        uw = torch.linalg.solve_triangular(lower + torch.eye(c, dtype=q.dtype, device=q.device), rhs, upper=False,
+                                           unitriangular=True)
+        delta = uw[..., :v.shape[-1]] - uw[..., v.shape[-1]:] @ state  # Δ = U − W S_0: the corrected values
+        outs.append(torch.exp(b)[..., None] * (qc @ state) + ((qc @ kc.transpose(-2, -1)) * decay) @ delta)
+        kc_end = kc * torch.exp(b[..., -1:] - b).unsqueeze(-1)  # (B, H, c, Dk): key j decayed to the chunk's end
+        state = torch.exp(b[..., -1])[..., None, None] * state + kc_end.transpose(-2, -1) @ delta
+    return torch.cat(outs, dim=2), state
 
 
 def chunked_gla(q, k, v, log_gate, chunk_size, initial_state=None):

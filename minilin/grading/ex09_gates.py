@@ -1,11 +1,11 @@
 """Checks for exercises/ex09_gates.py (Tasks 9.1-9.4), against minilin.gated's token-by-token definition.
 
-Task 9.1 restates notebook 09's gated delta rule as a token loop (initial state, Dk != Dv, β = 0, α = 1);
-9.2 (the chunked form for GLA's per-feature gates, where the notebook derives only a scalar decay), 9.3 (the
-delta rule writing one key again and again: the error's closed form, and the writes it takes) and 9.4 (the
-context length where exact attention's KV cache passes a hybrid model's memory) are extend tasks: the chapter's
-idea on a case no notebook cell solves. Every comparison is in float64 on O(1) values, so only round-off (well
-under the tolerance TOL = 1e-10 for the short sequences here) separates a correct answer from the reference.
+All four are extend tasks, the chapter's idea on a case no notebook cell solves: 9.1 (the gated delta rule's
+chunk form, where the notebook derives only the ungated one), 9.2 (the chunked form for GLA's per-feature gates,
+where the notebook derives only a scalar decay), 9.3 (the delta rule writing one key again and again: the error's
+closed form, and the writes it takes) and 9.4 (the context length where exact attention's KV cache passes a hybrid
+model's memory). Every comparison is in float64 on O(1) values, so only round-off (well under the tolerance
+TOL = 1e-10 for the short sequences here) separates a correct answer from the reference.
 """
 import torch
 import torch.nn.functional as F
@@ -27,41 +27,7 @@ def log_gates(*shape, seed, shift=0.0):
     return F.logsigmoid(rand(*shape, seed=seed) + shift)
 
 
-# --- 9.1 ---------------------------------------------------------------------------------------------------------
-@CHAPTER.task("9.1", "gated_delta_loop")
-def gated_delta_loop(f):
-    """the gated delta rule as a token loop, from any initial state"""
-    cases = (((2, 3, 6, 4, 4), False, "Dk = Dv = 4, zero initial state"),
-             ((3, 2, 7, 5, 3), True, "Dk = 5 != Dv = 3, a given initial state"),
-             ((1, 2, 1, 3, 6), True, "one token, Dk = 3, Dv = 6"))
-    for seed, ((b, h, n, dk, dv), given, name) in enumerate(cases):
-        q, k, v = rand(b, h, n, dk, seed=10 * seed + 1), unit(b, h, n, dk, seed=10 * seed + 2), \
-            rand(b, h, n, dv, seed=10 * seed + 3)
-        beta, la = torch.sigmoid(rand(b, h, n, seed=10 * seed + 4)), log_gates(b, h, n, seed=10 * seed + 5, shift=2.0)
-        s0 = rand(b, h, dk, dv, seed=10 * seed + 6) if given else None
-        expected = recurrent_reference(q, k, v, log_decay=la, beta=beta, initial_state=s0, return_state=True)
-        yield close(f(q, k, v, beta, la, initial_state=s0), expected,
-                    what=f"minilin.gated.recurrent_reference(q, k, v, log_decay=log_alpha, beta=beta, "
-                         f"return_state=True): (o, final state), {name}")
-    q, k, v = rand(2, 2, 8, 4, seed=41), unit(2, 2, 8, 4, seed=42), rand(2, 2, 8, 3, seed=43)
-    s0 = rand(2, 2, 4, 3, seed=44)
-    beta, la = torch.sigmoid(rand(2, 2, 8, seed=45)), log_gates(2, 2, 8, seed=46, shift=1.0)
-    yield close(f(q, k, v, beta, torch.zeros(2, 2, 8, dtype=torch.float64), initial_state=s0),
-                recurrent_reference(q, k, v, beta=beta, initial_state=s0, return_state=True),
-                what="the delta rule without a gate (log_alpha = 0, α = 1): recurrent_reference with beta only")
-    decay = torch.exp(la.cumsum(-1))  # (B, H, N): α_1 ⋯ α_t
-    decayed = (decay[..., None] * (q / 2.0 @ s0), decay[..., -1, None, None] * s0)  # Dk = 4: q / √Dk
-    yield close(f(q, k, v, torch.zeros(2, 2, 8, dtype=torch.float64), la, initial_state=s0), decayed,
-                what="β = 0: nothing is written, o_t = (α_1⋯α_t S_0)ᵀ q_t / √Dk and the final state α_1⋯α_N S_0")
-    # a key that is not unit length, and β = 1 on some tokens: the error is written in full
-    k2 = rand(2, 2, 8, 4, seed=47) * 0.6
-    beta2 = torch.where(torch.arange(8) % 3 == 0, 1.0, 0.4).to(torch.float64).expand(2, 2, 8)
-    yield close(f(q, k2, v, beta2, la, initial_state=s0),
-                recurrent_reference(q, k2, v, log_decay=la, beta=beta2, initial_state=s0, return_state=True),
-                what="the reference with keys that are not unit length and β = 1 on every third token")
-
-
-# --- 9.2 ---------------------------------------------------------------------------------------------------------
+# --- helpers of 9.1 and 9.2 --------------------------------------------------------------------------------------
 def no_square_intermediate(call, b, h, n):
     """A step: no tensor any operation produces holds B·H·N·N elements or more, and no matrix product is (N x N):
     the chunked form never builds the whole sequence's decay matrix."""
@@ -94,6 +60,53 @@ def work_in_chunks(small, large, n, c_small, c_large):
     return check(small, large, judge=judge)
 
 
+# --- 9.1 ---------------------------------------------------------------------------------------------------------
+@CHAPTER.task("9.1", "chunked_gated_delta", extend=True)
+def chunked_gated_delta(f):
+    """the gated delta rule in chunks: one triangular solve per chunk, the decays inside it"""
+    q, k, v = rand(2, 3, 10, 4, seed=1), unit(2, 3, 10, 4, seed=2), rand(2, 3, 10, 4, seed=3)
+    beta, la = torch.sigmoid(rand(2, 3, 10, seed=4)), log_gates(2, 3, 10, seed=5, shift=1.0)
+    expected = recurrent_reference(q, k, v, log_decay=la, beta=beta, return_state=True)
+    for chunk in (1, 3, 4, 10, 16):
+        yield close(f(q, k, v, beta, la, chunk), expected,
+                    what=f"minilin.gated.recurrent_reference(q, k, v, log_decay=log_alpha, beta=beta, "
+                         f"return_state=True): (o, final state), N = 10, Dk = Dv = 4, chunk_size={chunk}")
+    q2, k2, v2 = rand(3, 2, 13, 6, seed=11), unit(3, 2, 13, 6, seed=12), rand(3, 2, 13, 5, seed=13)
+    beta2, la2, s0 = torch.sigmoid(rand(3, 2, 13, seed=14)), log_gates(3, 2, 13, seed=15), rand(3, 2, 6, 5, seed=16)
+    yield close(f(q2, k2, v2, beta2, la2, 5, initial_state=s0),
+                recurrent_reference(q2, k2, v2, log_decay=la2, beta=beta2, initial_state=s0, return_state=True),
+                what="the reference with N = 13, Dk = 6, Dv = 5, an initial state and chunks of 5 (the last one of 3)")
+    zero = torch.zeros(3, 2, 13, dtype=torch.float64)
+    yield close(f(q2, k2, v2, beta2, zero, 4, initial_state=s0),
+                recurrent_reference(q2, k2, v2, beta=beta2, initial_state=s0, return_state=True),
+                what="log_alpha = 0 (α = 1): the plain delta rule, recurrent_reference with beta only, chunks of 4")
+    decay = torch.exp(la2.cumsum(-1))  # (B, H, N): α_1 ⋯ α_t
+    decayed = (decay[..., None] * (q2 @ s0) / 6 ** 0.5, decay[..., -1, None, None] * s0)
+    yield close(f(q2, k2, v2, zero, la2, 4, initial_state=s0), decayed,
+                what="β = 0: nothing is written, o_t = (α_1⋯α_t S_0)ᵀ q_t / √Dk and the final state α_1⋯α_N S_0")
+    k3 = rand(3, 2, 13, 6, seed=17) * 0.5  # keys that are not unit length; β = 1 on every third token
+    beta3 = torch.where(torch.arange(13) % 3 == 0, 1.0, 0.4).to(torch.float64).expand(3, 2, 13)
+    yield close(f(q2, k3, v2, beta3, la2, 4, initial_state=s0),
+                recurrent_reference(q2, k3, v2, log_decay=la2, beta=beta3, initial_state=s0, return_state=True),
+                what="the reference with keys that are not unit length and β = 1 on every third token, chunks of 4")
+    # gates that close almost completely: e^-100 a token, e^-800 across a chunk of 8 (exp(800) overflows float64)
+    q4, k4, v4 = rand(2, 2, 16, 4, seed=20), unit(2, 2, 16, 4, seed=21), rand(2, 2, 16, 3, seed=22)
+    la4 = -100.0 - 20.0 * torch.rand(2, 2, 16, generator=torch.Generator().manual_seed(23), dtype=torch.float64)
+    beta4, s4 = torch.sigmoid(rand(2, 2, 16, seed=24)), rand(2, 2, 4, 3, seed=25)
+    yield close(f(q4, k4, v4, beta4, la4, 8, initial_state=s4),
+                recurrent_reference(q4, k4, v4, log_decay=la4, beta=beta4, initial_state=s4, return_state=True),
+                what="the reference with log decays of -100 to -120 a token, chunks of 8 (a chunk's total decay "
+                     "e^-800 and more: its inverse overflows)")
+    q5, k5, v5 = rand(2, 2, 32, 4, seed=26), unit(2, 2, 32, 4, seed=27), rand(2, 2, 32, 3, seed=28)
+    yield no_square_intermediate(captured(f(q5, k5, v5, torch.sigmoid(rand(2, 2, 32, seed=29)),
+                                            log_gates(2, 2, 32, seed=30, shift=2.0), 4), "matmul_shapes"), 2, 2, 32)
+    q6, k6, v6 = rand(1, 2, 128, 4, seed=31), unit(1, 2, 128, 4, seed=32), rand(1, 2, 128, 3, seed=33)
+    beta6, la6 = torch.sigmoid(rand(1, 2, 128, seed=34)), log_gates(1, 2, 128, seed=35, shift=2.0)
+    yield work_in_chunks(captured(f(q6, k6, v6, beta6, la6, 8), "matmul_shapes"),
+                         captured(f(q6, k6, v6, beta6, la6, 32), "matmul_shapes"), 128, 8, 32)
+
+
+# --- 9.2 ---------------------------------------------------------------------------------------------------------
 @CHAPTER.task("9.2", "chunked_gla", extend=True)
 def chunked_gla(f):
     """GLA's per-feature gates in chunks: the masked intra-chunk matrix and the carried state"""

@@ -14,28 +14,45 @@ SOLUTION_FILE = Path(__file__).resolve().parents[2] / "solutions" / "ex09_gates.
 
 MUTANTS = {
     # name: (the solution's line, its wrong replacement[, another line, its replacement])
-    # 9.1: the gate applied after the write (the new pair is forgotten too)
-    "9.1 decay after the write": (
-        "        state = torch.exp(log_alpha[:, :, t])[..., None, None] * state  # forget first: α_t S_{t-1}\n",
-        "",
-        "        outs.append(torch.einsum(\"bhkv,bhk->bhv\", state, q[:, :, t]))",
-        "        state = torch.exp(log_alpha[:, :, t])[..., None, None] * state\n"
-        "        outs.append(torch.einsum(\"bhkv,bhk->bhv\", state, q[:, :, t]))"),
-    # 9.1: the error predicted from the state before the gate (v_t − S_{t-1}ᵀ k_t), the delta rule's habit
-    "9.1 error before the gate": (
-        "        state = torch.exp(log_alpha[:, :, t])[..., None, None] * state  # forget first: α_t S_{t-1}\n"
-        "        predicted = torch.einsum(\"bhkv,bhk->bhv\", state, k[:, :, t])",
-        "        predicted = torch.einsum(\"bhkv,bhk->bhv\", state, k[:, :, t])\n"
-        "        state = torch.exp(log_alpha[:, :, t])[..., None, None] * state"),
-    # 9.1: β ignored: the whole error written at every token
+    # 9.1: the gate left out of L (right when α = 1: the notebook's ungated chunk form)
+    "9.1 no decay in L": (
+        "        lower = torch.tril(bc[..., None] * (kc @ kc.transpose(-2, -1)) * decay, diagonal=-1)",
+        "        lower = torch.tril(bc[..., None] * (kc @ kc.transpose(-2, -1)), diagonal=-1)"),
+    # 9.1: the carried state read by the query without the decay from the chunk's start
+    "9.1 undecayed read of S_in": (
+        "        outs.append(torch.exp(b)[..., None] * (qc @ state) + ((qc @ kc.transpose(-2, -1)) * decay) @ delta)",
+        "        outs.append(qc @ state + ((qc @ kc.transpose(-2, -1)) * decay) @ delta)"),
+    # 9.1: the keys written into the next state without their decay to the chunk's end
+    "9.1 keys not decayed to the end": (
+        "        kc_end = kc * torch.exp(b[..., -1:] - b).unsqueeze(-1)",
+        "        kc_end = kc"),
+    # 9.1: the correction from S_in without its decay (W built from β k only)
+    "9.1 W without the decay": (
+        "        rhs = torch.cat([bc[..., None] * vc, (bc * torch.exp(b))[..., None] * kc], dim=-1)",
+        "        rhs = torch.cat([bc[..., None] * vc, bc[..., None] * kc], dim=-1)"),
+    # 9.1: β ignored in the triangular system (the whole error written at every token)
     "9.1 beta ignored": (
-        "        state = state + beta[:, :, t, None, None] * k[:, :, t, :, None] * error[:, :, None, :]",
-        "        state = state + k[:, :, t, :, None] * error[:, :, None, :]"),
+        "        lower = torch.tril(bc[..., None] * (kc @ kc.transpose(-2, -1)) * decay, diagonal=-1)",
+        "        lower = torch.tril((kc @ kc.transpose(-2, -1)) * decay, diagonal=-1)",
+        "        rhs = torch.cat([bc[..., None] * vc, (bc * torch.exp(b))[..., None] * kc], dim=-1)",
+        "        rhs = torch.cat([vc, torch.exp(b)[..., None] * kc], dim=-1)"),
     # 9.1: the initial state dropped
     "9.1 zero start": (
         "    state = q.new_zeros(B, H, Dk, v.shape[-1]) if initial_state is None else initial_state\n    outs = []\n"
-        "    for t in range(N):",
-        "    state = q.new_zeros(B, H, Dk, v.shape[-1])\n    outs = []\n    for t in range(N):"),
+        "    for start in range(0, N, chunk_size):  # N/C chunks; the last may be shorter\n"
+        "        stop = min(start + chunk_size, N)\n        qc, kc, vc, bc",
+        "    state = q.new_zeros(B, H, Dk, v.shape[-1])\n    outs = []\n"
+        "    for start in range(0, N, chunk_size):  # N/C chunks; the last may be shorter\n"
+        "        stop = min(start + chunk_size, N)\n        qc, kc, vc, bc"),
+    # 9.1: the decay factored as exp(b_i)·exp(−b_j): fine for gentle gates, inf·0 = NaN for closing ones
+    "9.1 factored exponentials": (
+        "        decay = torch.exp((b[..., :, None] - b[..., None, :]).masked_fill(~below, float(\"-inf\")))",
+        "        decay = (torch.exp(b)[..., :, None] * torch.exp(-b)[..., None, :]) * below"),
+    # 9.1: right values, but one token at a time whatever chunk_size: N sequential steps, not N/C
+    "9.1 token loop": (
+        "    for start in range(0, N, chunk_size):  # N/C chunks; the last may be shorter\n"
+        "        stop = min(start + chunk_size, N)",
+        "    for start in range(0, N):  # chunk_size ignored\n        stop = start + 1"),
     # 9.2: the chunk remainder dropped (right only when chunk_size divides N)
     "9.2 remainder dropped": (
         "    for start in range(0, N, chunk_size):  # the last chunk may be shorter",
@@ -128,6 +145,15 @@ def test_the_mutants_are_right_somewhere():
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(2, 2, 8, 4, generator=g, dtype=torch.float64) for _ in range(3))
     gate = torch.nn.functional.logsigmoid(torch.randn(2, 2, 8, 4, generator=g, dtype=torch.float64))
+    beta, log_alpha = torch.sigmoid(gate[..., 0]), gate[..., 1]
+    right = solved["chunked_gated_delta"](q, k, v, beta, log_alpha, 4)
+    for name in ("9.1 zero start", "9.1 factored exponentials", "9.1 token loop"):  # no initial state; gentle gates
+        for got, expected in zip(load(name)["chunked_gated_delta"](q, k, v, beta, log_alpha, 4), right):
+            assert torch.allclose(got, expected, atol=1e-12), name
+    no_gate = torch.zeros_like(beta)  # α = 1: the notebook's ungated chunk form
+    for got, expected in zip(load("9.1 no decay in L")["chunked_gated_delta"](q, k, v, beta, no_gate, 4),
+                             solved["chunked_gated_delta"](q, k, v, beta, no_gate, 4)):
+        assert torch.allclose(got, expected, atol=1e-12)
     right = solved["chunked_gla"](q, k, v, gate, 4)
     for name in ("9.2 remainder dropped", "9.2 factored exponentials", "9.2 one chunk", "9.2 token loop"):  # 4 divides 8; gentle gates
         for got, expected in zip(load(name)["chunked_gla"](q, k, v, gate, 4), right):
