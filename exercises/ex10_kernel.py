@@ -23,7 +23,7 @@ def reverse_scan(q, k, v, log_decay=None, chunk_size=16):
         dv = reverse_scan(k, q̃, do, log_decay) and dk = reverse_scan(v, do, q̃, log_decay)   (q̃: the scaled q).
     Work chunk by chunk, from the last chunk to the first: inside a chunk a masked (c × c) matrix and a product with
     the chunk's values, plus what the state carried from the later chunks contributes; between chunks, one update
-    of that state. Extends notebook 10, section 5, which states the anti-causal scan and leaves it to you, and its
+    of that state. Extends notebook 10, section 6, which states the anti-causal scan and leaves it to you, and its
     section 2, which builds the causal one. Checked against the definition for chunk sizes 1, 3, 4, 10 and 16 with
     N = 10 and Dk != Dv, without a decay, with one token, with log decays of −100 to −120 a token (a chunk's decay
     of e^−800 and more: its inverse overflows float64), and as dk and dv of the forward scan against autograd.
@@ -54,22 +54,23 @@ def backward_cost(n, d, chunk, itemsize):
     The backward of minilin.kernels.chunk_scan (no decay, no initial or final state) is two kernels, each one
     program walking ceil(n / chunk) chunks; a ragged last chunk is computed as a whole chunk (masked loads fill
     it with zeros). Per chunk:
-      - the dq scan (the forward with q -> do, k -> v, v -> k): the (c × c) scores do vᵀ, the state's read do Sᵀ,
-        the scores times the chunk's keys, the state's update vᵀ k;
-      - the dk, dv scan (anti-causal): the (c × c) products q kᵀ and do vᵀ, the carried state's two reads v Gᵀ and
-        k G, the two (c × c) matrices (transposed) times q and times do, and the state's update qᵀ do.
+      - the dq scan is the forward scan with q -> do, k -> v, v -> k (notebook 10, section 6): the forward's four
+        products;
+      - the dk, dv scan (anti-causal) gives section 6's dk and dv for the chunk's tokens at once, from the chunk
+        itself and one carried state G = Σ_(later tokens i) q_i do_iᵀ, which it then updates with the chunk's own
+        tokens: derive the matrix products that takes (each (c × c) matrix it forms is used once).
     Count a product of an (m × k) by a (k × p) matrix as 2 m k p FLOPs and nothing else (the masks, exponentials
     and additions are elementwise and small). Bytes: what crosses HBM: the dq scan reads k, v, do and writes dq; the
     dk, dv scan reads q, k, v, do and writes dk and dv; each (n × d) tensor once, the states never.
-    Extends notebook 10, section 1, which counts the forward the same way. Predict first: is the backward's
+    Extends notebook 10, section 5, which counts the forward the same way. Predict first: is the backward's
     intensity (flops / bytes) above or below the forward's (c + d) / itemsize, and does it depend on n? Checked
     against the count on five cases (a ragged last chunk, n smaller than a chunk, float32 and bfloat16).
 
-    Hint 1 (nudge): list the products with their shapes: each is (c × d)(d × c), (c × d)(d × d), (c × c)(c × d)
-        or (d × c)(c × d), up to transposes.
-    Hint 2 (plan): count the products of each kind in the two scans, multiply by their FLOPs, add, and multiply
-        by the number of chunks, rounded up. For the bytes, count the (n × d) tensors read and written by the two
-        kernels together.
+    Hint 1 (nudge): split dv of the chunk's tokens into the pairs inside the chunk (a masked (c × c) matrix times
+        do) and the later chunks (k times G); dk is the same with q, do and k, v trading places.
+    Hint 2 (plan): list the products with their shapes, each (c × d)(d × c), (c × d)(d × d), (c × c)(c × d) or
+        (d × c)(c × d) up to transposes; multiply each by its FLOPs, add, and multiply by the number of chunks,
+        rounded up. For the bytes, count the (n × d) tensors read and written by the two kernels together.
     Hint 3 (formula): per chunk, the dq scan does two products with a (c × c) side and two with a (d × d) side;
         the dk, dv scan four and three. Price each at 2 m k p, sum, and multiply by the chunks.
     """

@@ -339,3 +339,21 @@ def test_paired_ratios_come_from_the_same_rounds(tmp_path):
     from minilin import plots
     text = "\n".join(plots.paired_tables(df))
     assert "performer-causal" in text and "/ sdpa-causal" in text and "[" in text
+
+
+def test_traffic_counts_each_operators_reads_and_writes_and_no_views():
+    from minilin.bench.meters import Traffic
+    a, b = torch.ones(5, 3), torch.ones(3, 7, dtype=torch.float64)
+    with Traffic() as t:
+        a[1:].reshape(-1)[:4].unsqueeze(0).t()     # views: nothing moves
+    assert t.moved == 0
+    with Traffic() as t:
+        a + a                                       # two reads and one write of 15 float32
+    assert t.moved == 3 * 15 * 4
+    with Traffic() as t:
+        a.double() @ b                              # the cast (15 read, 15 written), then (5x3)(3x7) -> (5x7)
+    assert t.moved == 15 * 4 + 15 * 8 + (15 + 21 + 35) * 8
+    m = torch.empty(2, 4, device="meta", dtype=torch.bfloat16)
+    with Traffic() as t:
+        m.exp()                                     # on meta: shapes and dtypes only
+    assert t.moved == 2 * 8 * 2

@@ -2,6 +2,7 @@
 
     saved_tensor_bytes  what autograd keeps for backward (`saved_tensors_hooks`), each storage counted once
     LiveBytes           a TorchDispatchMode adding each new storage and subtracting it when freed: the peak
+    Traffic             a TorchDispatchMode adding the bytes each operator reads and writes: eager HBM traffic
     allocator_peak      the CPU allocator's own peak during a call (torch.profiler), kernel workspaces included
     flop_counter        torch's FlopCounterMode, plus the fused CPU flash-attention kernel (matmul-like ops only)
     model_case          all three on device="meta": shapes flow through every op, nothing is allocated
@@ -90,6 +91,26 @@ class LiveBytes(TorchDispatchMode):
             self.current += self.live[key]
             self.peak = max(self.peak, self.current)
             weakref.finalize(storage, self._free, key)
+        return out
+
+
+class Traffic(TorchDispatchMode):
+    """Bytes every operator reads and writes (`moved`): eager PyTorch's HBM traffic, where each result goes to memory.
+
+    Views (slices, transposes, reshapes) move nothing and are skipped. Works on "meta". A fused kernel moves less:
+    this counts each aten operator as its own kernel, as eager execution runs it.
+    """
+
+    def __init__(self):
+        super().__init__()
+        self.moved = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        if not (func.is_view or func is torch.ops.aten._unsafe_view.default):
+            self.moved += sum(t.numel() * t.element_size()
+                              for t in _tensors(args) + _tensors(kwargs.values()) + _tensors((out,)))
         return out
 
 
