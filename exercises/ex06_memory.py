@@ -12,15 +12,15 @@ Each task has three hints, from a nudge to the formula in words. Read one, try, 
 
 
 def exact_saved_bytes(B, H, N, M, D, Dv, itemsize):
-    """Task 6.1: the bytes autograd keeps for the backward pass of exact attention, softmax(q kᵀ / √D) v.
+    """Task 6.1 (warm-up): the bytes autograd keeps for the backward pass of exact attention, softmax(q kᵀ / √D) v.
 
     q: (B, H, N, D), k: (B, H, M, D), v: (B, H, M, Dv), no mask, not causal  ->  an int (bytes).
-    Notebook 06 (section 2, Appendix E) listed what exact attention saves for N = M and D = Dv in float32; here
+    Notebook 06 (section 2, Appendix B) listed what exact attention saves for N = M and D = Dv in float32; here
     queries and keys may differ in number, values in width, and the dtype in size. Storages are counted once each.
 
     Hint 1 (nudge): list what each of the two products and the softmax needs to compute its gradient, and count
         each tensor once even if two operations keep it.
-    Hint 2 (plan): reread the listing of Appendix E: which saved tensor's shape involves the number of queries
+    Hint 2 (plan): reread the listing of Appendix B: which saved tensor's shape involves the number of queries
         and the number of keys together, and which are the inputs? Rewrite each listed shape with N, M, D and Dv.
     Hint 3 (formula): in words, count the entries of each distinct saved tensor, add them, and turn entries into
         bytes.
@@ -35,15 +35,14 @@ def linformer_saved_bytes(B, H, N, n, D, Dv, k, itemsize, shared):
     gradient for them), used at their full length n; `shared` True means E and F are one and the same tensor
     (Linformer's key-value sharing, notebook 03's appendix on sharing). Returns an int (bytes).
     Extends notebook 06, section 2 (what backward keeps) to Linformer, whose saved bytes the notebook does not
-    derive (its Appendix D only compares forward peaks); the grader measures minilin.linformer.
+    derive (its Appendix G only compares forward peaks); the grader measures minilin.linformer.
 
     Hint 1 (nudge): there are three matrix products now. For each, which factor is needed to get the gradient of
         the other factor, knowing that E and F need no gradient but K and V do?
-    Hint 2 (plan): the probabilities (now N by k), the queries, the two projected tensors, and the projections
-        themselves: one storage per distinct tensor, so E = F is kept once.
-    Hint 3 (formula): per batch element and head, the (N, k) probabilities, the queries and the two
-        projected tensors (k rows each, of widths D and Dv); once for all heads, each distinct (k, n) projection.
-        The keys and values themselves are not kept: the product with E needs only E for their gradient.
+    Hint 2 (plan): for each product and the softmax, write down which tensors it keeps and their shapes; then
+        say which of them have a copy per batch element and head and which are stored once for all heads.
+    Hint 3 (formula): in words, add the entries of each distinct kept tensor (per batch element and head where it
+        has them, once where the heads share it; one storage when E = F), and turn entries into bytes.
     """
     raise NotImplementedError("Task 6.2")
 
@@ -101,7 +100,7 @@ def causal_block_work(n, q_block, kv_block):
     ones may be shorter) and computes a whole (query block, key block) tile whenever at least one of its keys is
     visible to one of its queries (key index <= query index), masking inside it; tiles wholly above the diagonal are
     skipped.  ->  a float: the number of score entries it computes divided by n².
-    Notebook 06 (end of section 4) counted SDPA's CPU kernel, whose cost is set by its key blocks of 512; here both
+    Notebook 06 (Appendix D) counted SDPA's CPU kernel, whose cost is set by its key blocks of 512; here both
     block sizes are yours. Before you code it, predict on paper the share for n = 1024 with tiles of 256 x 512 and
     for tiles of 512 x 256, then let the grader measure: it runs such a blocked loop on meta tensors under
     FlopCounterMode and divides by the count of the full product.
