@@ -96,8 +96,9 @@ def hyperbolic_random_features(f):
                f"mean estimate off by {err.tolist()}, more than 4 standard errors {(4 * se).tolist()} "
                f"of exp(xᵀy) = {truth.tolist()}: the features are biased")
     yield check(fx, fy, judge=unbiased)
-    # Seeds 6/7/8: 10000 estimates with m = 8 directions each (d = 3): their variance must be within 15% of
-    # (1 − e^(−|x+y|²))/2 times Lemma 2's variance of φ+ with the same 8 directions (relative s.e. about 3%).
+    # Seeds 6/7/8: 10000 estimates with m = 8 directions each (d = 3): their variance must be within 40% of
+    # (1 − e^(−|x+y|²))/2 times Lemma 2's φ+ variance (same directions). This heavy-tailed variance is noisy: in
+    # 2000 fresh draws the paper's features were off by at most 28% (0.8% beyond 15%); φ+ twice: off 2.6x or more.
     x2, y2 = rand(2, 3, seed=6), rand(2, 3, seed=7)  # new names: the judges run later
     x2, y2 = (0.6 * t / t.norm(dim=-1, keepdim=True) for t in (x2, y2))  # a fixed length: light tails
     w2 = torch.randn(80000, 3, generator=gen(8), dtype=torch.float64)
@@ -110,9 +111,9 @@ def hyperbolic_random_features(f):
         plus = torch.exp(2 * (x2 * y2).sum(-1)) * torch.expm1(s2) / 8  # Lemma 2: φ+ with 8 directions
         want = plus * -torch.expm1(-s2) / 2
         got = est.var(-1)
-        expect(bool(((got / want - 1).abs() <= 0.15).all()), "the variance of 10000 estimates, 8 directions each",
+        expect(bool(((got / want - 1).abs() <= 0.40).all()), "the variance of 10000 estimates, 8 directions each",
                f"variance {got.tolist()}, expected (1 − e^(−|x+y|²))/2 · Lemma 2's {plus.tolist()} = {want.tolist()} "
-               f"(within 15%)")
+               f"(within 40%)")
     yield check(gx, gy, judge=less_variance)
 
 
