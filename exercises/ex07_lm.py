@@ -10,7 +10,6 @@ minilin.efficient here.
 
 Each task has three hints, from a nudge to the formula. Read one, try, and read the next only if you are stuck.
 """
-import math  # noqa: F401  (the hints name math.log and math.cos)
 import os  # noqa: F401  (the hints name os.replace)
 
 import torch
@@ -34,8 +33,9 @@ def truncate_utf8(ids, max_bytes):
     Hint 2 (plan): if everything fits, you are done. Otherwise look at the first byte you would drop: if it continues
         a character, that character would be cut, so move the cut back until the first dropped byte starts a
         character.
-    Hint 3 (formula): continuation bytes are the bytes b with b AND 0xC0 == 0x80 (binary 10xxxxxx); the cut c starts
-        at min(max_bytes, N) and moves down while c < N and byte c is a continuation byte; return the first c bytes.
+    Hint 3 (formula): a continuation byte has 1 then 0 as its two highest bits (binary 10xxxxxx); start the cut at
+        the budget (or the end, if sooner) and move it back while the first byte it would drop continues a
+        character; keep the bytes before the cut.
     """
     raise NotImplementedError("Task 7.1")
 
@@ -54,14 +54,14 @@ def shift_with_documents(window, eos):
     Hint 1 (nudge): start from the plain shift of section 2. At which positions does the input byte end a document?
     Hint 2 (plan): the inputs and targets as two slices of the window; a bool mask of the positions whose input is
         eos; the targets at those positions replaced by IGNORE, in a tensor that is not a view of `window`.
-    Hint 3 (formula): inputs = every position but the last, targets = every position but the first, and
-        targets[b, t] = IGNORE wherever inputs[b, t] == eos (on a copy: the window stays unchanged).
+    Hint 3 (formula): the inputs are every byte but the last, the targets every byte but the first, and each
+        target whose input byte is eos becomes IGNORE, written into a copy so that the window stays unchanged.
     """
     raise NotImplementedError("Task 7.2")
 
 
 def lm_loss(logits, targets):
-    """Task 7.3 (a): mean cross-entropy in nats over the positions whose target is not IGNORE.
+    """Task 7.3: mean cross-entropy in nats over the positions whose target is not IGNORE.
 
     Revisits notebook 07, sections 3 and 5 (the loss, and the training loop).
     logits: (B, L, V) unnormalised scores, targets: (B, L) ints in 0..V-1 or IGNORE  ->  scalar tensor
@@ -74,24 +74,8 @@ def lm_loss(logits, targets):
     Hint 2 (plan): log-probabilities over V, (B, L, V); a (B, L) bool "keep" mask; an index of shape (B, L, 1)
         with every IGNORE replaced by a valid id; gather along the last axis, (B, L); drop the positions that
         are not kept; minus the mean over the rest.
-    Hint 3 (formula): loss = −(1/K) Σ over the K kept positions of log softmax(logits)[target], where a position
-        is kept when its target is not IGNORE (replace IGNORE by any valid id before indexing, then leave those
-        positions out of the sum and of K).
-    """
-    raise NotImplementedError("Task 7.3")
-
-
-def bits_per_byte(loss_nats):
-    """Task 7.3 (b): a loss in nats per byte -> bits per byte (a float).
-
-    Revisits notebook 07, section 3 (the loss in nats per byte, or bits per byte).
-    A model that knows nothing (uniform over 256 bytes) scores log2(256) = 8 bits per byte; gzip gets ~2-3
-    on English text. loss_nats may be a Python float or a 0-d tensor (the checks use both).
-
-    Hint 1 (nudge): nats and bits are the same quantity in two units, like metres and feet: log base e against
-        log base 2. How many bits is one nat?
-    Hint 2 (plan): turn the input into a Python float, then divide it by one constant (math.log gives it).
-    Hint 3 (formula): 1 nat = 1 / ln 2 bits: bits = nats / ln 2, returned as a Python float.
+    Hint 3 (formula): the loss is minus the average, over the kept positions only, of the log-probability each
+        gives its own target; an ignored position must be given some valid index to read, then count for nothing.
     """
     raise NotImplementedError("Task 7.3")
 
@@ -125,19 +109,20 @@ def mask_for_mlm(tokens, *, generator, mask_prob=0.15):
 def wsd_lr(step, *, lr, steps, warmup, decay, min_lr):
     """Task 7.5: a warm-up, stable, decay (WSD) learning-rate schedule at 0-based `step`.
 
-    Section 5 of notebook 07 trains at a constant rate; this is a schedule no cell computes: the rate rises in a straight line over the first `warmup` steps, stays at
-    lr, then falls in a straight line over the last `decay` steps, reaching min_lr at step `steps` and staying there
-    for any later step. Long runs use it because a run can be stopped (decay started) at any point.
-    Precisely: for step < warmup the rate is lr * (step + 1) / warmup; from step `warmup` to step `steps - decay` it
-    is lr; after that it moves linearly from lr (at step steps - decay) to min_lr (at step steps); from step `steps`
-    on it is min_lr. warmup + decay <= steps; warmup and decay may be 0. Return a float. The checks use four schedules at every step, and past the last.
+    Section 5 of notebook 07 trains at a constant rate; this is a schedule no cell computes: the rate rises in a
+    straight line over the first `warmup` steps, stays at lr, then falls in a straight line over the last `decay`
+    steps, reaching min_lr at step `steps` and staying there for any later step. Long runs use it because a run can
+    be stopped (decay started) at any point. The warm-up's first step already has a rate (lr / warmup) and its last
+    reaches lr; the decay starts from lr at step steps - decay. warmup + decay <= steps; warmup and decay may be 0.
+    Return a float. The checks use four schedules at every step, and past the last.
 
     Hint 1 (nudge): check the ends: the rate at step 0, at the last warm-up step, at step steps - decay, at step
         `steps` and later. With decay = 0, what is the rate at step `steps`?
     Hint 2 (plan): three cases by step: warming up, stable, decaying; in the last, the fraction of the decay done so
         far, clipped at 1, interpolates between lr and min_lr. Plain Python arithmetic; no tensors needed.
-    Hint 3 (formula): from step `steps` on: min_lr. Warm-up: lr·(step + 1)/warmup. Stable (step <= steps − decay):
-        lr. Decay: with p = (step − (steps − decay)) / decay, the rate is lr + (min_lr − lr)·p.
+    Hint 3 (formula): past the end, the floor; while warming up, lr times the share of the warm-up done, counting
+        the current step as done; then lr until the decay starts; in the decay, lr moved towards min_lr by the
+        share of the decay done.
     """
     raise NotImplementedError("Task 7.5")
 
@@ -196,9 +181,8 @@ def top_p_filter(logits, top_p):
     Hint 2 (plan): probabilities over the last axis; sort them (descending), keeping the sorting order; the mass
         before each place, an exclusive running sum (0 for the first); a "keep" flag per place; send the flags
         back to the tokens' own positions with the sorting order; -inf where not kept.
-    Hint 3 (formula): with p_(1) ≥ p_(2) ≥ … the sorted probabilities of a row, place r is kept when
-        Σ_{s < r} p_(s) < top_p (so place 1 always is); the token in a kept place keeps its logit, every other
-        token gets −∞.
+    Hint 3 (formula): a place is kept when the mass of the places before it is still below top_p (so the first
+        place always is); a kept token keeps its logit, every other token gets minus infinity.
     """
     raise NotImplementedError("Task 7.7")
 
@@ -222,8 +206,9 @@ def efficient_decode_step(q_t, k_t, v_t, state=None):
         z, (B, H, D); add them to the state (start from them when the state is None); the numerator contracts
         φ_q with S over D, (B, H, Dv), the denominator φ_q with z, (B, H); divide; return the output and the
         new state.
-    Hint 3 (formula): S' = S + φ_k(k_t) v_tᵀ, z' = z + φ_k(k_t) (S = 0 and z = 0 before the first token);
-        out_t = φ_q(q_t)ᵀ S' / φ_q(q_t)ᵀ z'.
+    Hint 3 (formula): the new S is the old one plus the outer product of the new key's features with the new
+        value; the new z is the old one plus those features (both start at zero); the output is the query's
+        features applied to the new S, divided by their dot product with the new z.
     """
     raise NotImplementedError("Task 7.8")
 
@@ -240,7 +225,7 @@ def predicted_crossover(heads, head_dim, features):
     heads, head_dim, features: ints >= 1  ->  a Python int. The grader measures each case itself, on TinyLM's own
     decoding states (exact attention against Performer with m = features, and elu+1), and compares your answer with
     its measurement, at eight (heads, head_dim, features) triples you do not see. Before you run it, write down your
-    answer for heads 4, head_dim 16, features 16 (the notebook's table shows that case) and for Performer's default
+    answer for heads 4, head_dim 16, features 16 (the sizes of section 7) and for Performer's default
     m = int(head_dim · ln head_dim) at head_dim 64.
 
     Hint 1 (nudge): count what one head keeps. How many numbers does the cache add per token, and how many does the
@@ -249,7 +234,7 @@ def predicted_crossover(heads, head_dim, features):
         the cache's size after t tokens for one head (keys and values); the heads and the layers multiply both sides
         alike; solve for the first t where the cache is larger.
     Hint 3 (formula): per head, count the numbers of S, of z and of the log-scale (none depends on t);
-        the cache holds 2·t·D per head (a key and a value per token). Write the inequality "cache > state" and
-        find its smallest integer solution t; check it on the notebook's case (the table of section 7).
+        the cache holds a key and a value of head_dim numbers per token and head. Ask when the cache holds more than
+        the state, and find the smallest whole number of tokens for which it does.
     """
     raise NotImplementedError("Task 7.9")

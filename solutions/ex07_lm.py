@@ -1,5 +1,4 @@
 """Solutions for notebook 07 (exercises/ex07_lm.py): the pieces of a byte-level LM's training loop, and decoding."""
-import math
 import os
 from pathlib import Path
 
@@ -26,16 +25,11 @@ def shift_with_documents(window, eos):
 
 
 def lm_loss(logits, targets):
-    """Task 7.3 (a): mean -log p(target) over positions whose target is not IGNORE."""
+    """Task 7.3: mean -log p(target) over positions whose target is not IGNORE."""
     keep = targets != IGNORE  # (B, L)
     logp = torch.log_softmax(logits, dim=-1)  # (B, L, V)
     picked = logp.gather(-1, targets.clamp(min=0)[..., None])[..., 0]  # (B, L); IGNORE rows picked, dropped
     return -(picked * keep).sum() / keep.sum()
-
-
-def bits_per_byte(loss_nats):
-    """Task 7.3 (b): nats -> bits."""
-    return float(loss_nats) / math.log(2.0)
 
 
 def mask_for_mlm(tokens, *, generator, mask_prob=0.15):
