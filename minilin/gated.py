@@ -24,10 +24,9 @@ decay from the chunk's start to token i (so every factor exp(b_i − b_j), j ≤
 With no decay or a scalar decay per head (linear attention, retention, a Mamba-2 gate) the states between
 chunks come from `minilin.linear.chunk_states`, with no Python loop over chunks; a per-feature gate (GLA) and
 the delta rule (a (Dk × Dk) matrix per chunk) carry S between chunks in a Python loop. The delta rule's δ_j = β_j (v_j − α_j S_{j−1}ᵀ k_j)
-depends on the state one token earlier; written for a whole chunk it is one unit lower-triangular solve,
-(I + L) Δ = diag(β) V − diag(β exp(b)) K S_0 with L_ij = β_i (k_i · k_j) exp(b_i − b_j) for j < i: Δ = U − W S_0
-with U = T diag(β) V and W = T diag(β exp(b)) K, T = (I + L)⁻¹ (the WY/UT representation, arXiv 2406.06484
-eq. 7-11). A per-feature gate (GLA) makes exp(b_i − b_j) a vector; it is factored as exp(b_i)·exp(−b_j) when a
+depends on the state one token earlier; written for a whole chunk it is one unit lower-triangular solve (the
+WY/UT representation, arXiv 2406.06484 eq. 7-11; notebook 09 derives it without the gate, and Task 9.1 asks for
+the gated form, so this file is best read after that task). A per-feature gate (GLA) makes exp(b_i − b_j) a vector; it is factored as exp(b_i)·exp(−b_j) when a
 chunk's total decay stays within half the dtype's exponent range (44 in float32, 354 in float64), and
 computed entry by entry otherwise (slower, never overflowing).
 
