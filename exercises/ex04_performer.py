@@ -15,8 +15,8 @@ def hyperbolic_random_features(x, projection):
 
     Builds on notebook 04, sections 1.1 and 2.
     x: (..., N, D), projection W: (m, D) with rows w_i ~ N(0, I_D)  ->  (..., N, 2m); no D^(-1/4) scaling, no
-    stabilisation. You have Lemma 1, E_w[exp(wᵀs)] = exp(|s|²/2) for w ~ N(0, I_D), and the fact that −w has the
-    same distribution as w. Derive a map of 2m positive features, the same map for x and y, with
+    stabilisation. You have the Gaussian moment E_w[exp(wᵀs)] = exp(|s|²/2) for w ~ N(0, I_D), and the fact that
+    −w has the same distribution as w. Derive a map of 2m positive features, the same map for x and y, with
     E[φ(x)·φ(y)] = exp(xᵀy): m features from the rows w_i (in W's order) first, then m from −w_i. Then derive the
     variance of φ(x)·φ(y) and compare it with Lemma 2's for φ+ with the same m directions. The grader checks, on
     fresh draws, the values, that φ(x)·φ(y) is unbiased, and the variance you should derive (always less than half
@@ -29,8 +29,8 @@ def hyperbolic_random_features(x, projection):
         the two halves come from it, joined along the last dimension.
     Hint 3 (formula): per direction, the two parts together give e^(−(|x|²+|y|²)/2) times the hyperbolic cosine of
         wᵢᵀ(x + y), and the estimate is the mean of these over the m directions. The expected hyperbolic cosine is
-        Lemma 1's e^(|s|²/2); its expected square is the mean of e^(2|s|²) and 1. Work out the variance from these
-        before you run the grader.
+        the Gaussian moment e^(|s|²/2); its expected square is the mean of e^(2|s|²) and 1. Work out the variance
+        from these before you run the grader.
     """
     raise NotImplementedError("Task 4.1")
 
@@ -48,7 +48,7 @@ def orthogonal_projection(nb_features, dim, generator):
     Hint 2 (plan): ceil(m / D) blocks, each a (D, D) matrix of orthonormal rows; stack them and keep the
         first m rows; then scale row i by its own length; shape (m, D).
     Hint 3 (formula): a D×D Gaussian matrix has a uniformly distributed orthogonal factor only once the signs of
-        QR's factors are fixed so that R's diagonal is positive (notebook 04, section 3; without it no row is
+        QR's factors are fixed so that R's diagonal is positive (notebook 04, Appendix C; without it no row is
         uniformly distributed). The length of an N(0, I_D) vector is a χ(D) draw: the norm of another Gaussian
         vector, one per row.
     """
@@ -99,8 +99,8 @@ def favor_causal(q, k, v, projection):
     """Task 4.5: causal FAVOR+ that is stable in float32 and whose stabiliser never reads ahead.
 
     Extends notebook 04, sections 5 and 6: section 5 stabilises the non-causal form with maxima over all keys,
-    which lets the future in (section 6 says so, Appendix E shows it); section 6 builds the causal prefix sums
-    unstabilised. Here you build the whole causal estimator, stable in float32, with a stabiliser that uses only
+    which lets the future in; section 6 builds the causal prefix sums unstabilised and states the idea of a
+    running maximum. Here you build the whole causal estimator, stable in float32, with a stabiliser that uses only
     the keys so far.
     q, k: (B, H, N, D), v: (B, H, N, Dv), projection: (m, D)  ->  (B, H, N, Dv), with x' = x·D^(-1/4).
     The grader checks, on fresh inputs, agreement in float64 with the unstabilised causal estimate
