@@ -95,9 +95,9 @@ def linformer_copy(v, positions, sharpness):
     Hint 2 (plan): a (slots, M) matrix that picks positions; keys that are zero except at the chosen positions,
         each a different direction; queries along those same directions, scaled to undo the 1/√D; then exact
         attention over the projected slots (softmax_attention may do that last step).
-    Hint 3 (formula): you need F v to be the chosen rows of v, in order, and the scaled score table
-        q (E k)ᵀ / √D to be s times the identity: projected keys that are orthonormal make it diagonal, and the
-        length of the queries sets s.
+    Hint 3 (formula): the projected values must be the chosen rows of the values, in order, and the scaled
+        scores of the queries against the projected keys s times the identity: orthonormal projected keys make
+        them diagonal, and the length of the queries sets s.
     """
     raise NotImplementedError("Task 8.3")
 
