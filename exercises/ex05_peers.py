@@ -16,30 +16,31 @@ import torch
 def efficient_attention(q, k, v, mask=None):
     """Task 5.1: Shen et al.'s efficient attention ρ_q(q) (ρ_k(k)ᵀ v), non-causal (arXiv 1812.01243, eq. 3).
 
-    Extends notebook 05, section 3 (efficient attention without a mask) to padding, overflow and an all-padded row.
+    Extends notebook 05, section 2 (efficient attention without a mask) to padding and an all-padded sequence.
     q: (B, H, N, D), k: (B, H, M, D), v: (B, H, M, Dv), mask: (B, M) bool or None  ->  (B, H, N, Dv)
     ρ_q: softmax of each query over its D features (dim -1).
     ρ_k: softmax of each key feature over the M positions (dim -2); padded keys must get weight 0, and a
-         sequence with no real key at all must give zeros (not NaN). Large keys must not overflow.
-    The checks use several shapes (N != M, two head dimensions), a padded case, keys times 500 (a plain exp(k)
-    overflows), and record every matrix product you form: an (N, M) one fails.
+         sequence with no real key at all must give zeros (not NaN). torch.softmax is already stable (it
+         subtracts the maximum first); a hand-written exp(k) is not, and keys times 500 make it overflow.
+    The checks use several shapes (N != M, two head dimensions), a padded case with an all-padded sequence, keys
+    times 500, and record every matrix product you form: an (N, M) one fails.
 
     Hint 1 (nudge): the two softmaxes run over different axes. How does a softmax give a padded key a weight of
-        exactly 0, and what does a softmax return for a column in which every entry is -inf?
+        exactly 0, and what does torch.softmax return for a column in which every entry is -inf?
     Hint 2 (plan): turn mask (B, M) into (B, 1, M, 1) and hide the padded keys; ρ_k over dim -2 is (B, H, M, D),
-        made safe for all-padded columns; the "context" ρ_kᵀ v is (B, H, D, Dv), one per head; ρ_q over dim -1
-        is (B, H, N, D); ρ_q times the context gives (B, H, N, Dv). Multiply in that order.
-    Hint 3 (formula): the usual trick for a stable softmax, taken per feature over the positions, with the padded
-        keys at -inf; then decide what an all-padded column's maximum and sum must be replaced by so that its
-        weights come out 0 rather than NaN. The output is ρ_q times the per-head (D × Dv) context ρ_kᵀ v.
+        then repaired for the sequences with no real key; the "context" ρ_kᵀ v is (B, H, D, Dv), one per head;
+        ρ_q over dim -1 is (B, H, N, D); ρ_q times the context gives (B, H, N, Dv). Multiply in that order.
+    Hint 3 (formula): give the padded keys a score of minus infinity before the softmax over positions, so that
+        their weight is exactly 0; in a sequence with no real key every weight is then 0 divided by 0, NaN, and
+        must be set to 0 so that its outputs are zeros. The output is ρ_q times the per-head (D × Dv) context.
     """
     raise NotImplementedError("Task 5.1")
 
 
 def causal_efficient_attention(q, k, v, bucket_size=1):
-    """Task 5.2: the causal variant of linear-attention-transformer 0.19.1, with prefix sums.
+    """Task 5.2: LAT's causal kernel as minilin idealises it (no clamp, any N), by prefix sums.
 
-    Extends notebook 05, section 3, "The causal variant" (which runs the package), with section 1's prefix sums.
+    Extends notebook 05, section 2, "The causal variant" (which runs the package), with section 1's prefix sums.
     q, k, v: (B, H, N, D), (B, H, N, D), (B, H, N, Dv)  ->  (B, H, N, Dv);  no mask; N == M.
     Features φ_q = softmax(q) over features, φ_k = exp(k). Query i sees the keys j in `visible(i)` and
     out_i = Σ_j (φ_q(q_i)·φ_k(k_j)) v_j / Σ_j φ_q(q_i)·φ_k(k_j)
@@ -66,7 +67,7 @@ def causal_efficient_attention(q, k, v, bucket_size=1):
 def transplant_into_lat(ours, lat):
     """Task 5.3: copy our EfficientSelfAttention's weights into a linear-attention-transformer SelfAttention.
 
-    Uses notebook 05, section 3 (LAT's rows sum to D^-1/2) and section 4 (a weight transplant is tested by
+    Uses notebook 05, section 2 (LAT's rows sum to D^-1/2) and section 3 (a weight transplant is tested by
     comparing outputs); the notebook does not build this pair.
     ours: minilin.efficient.EfficientSelfAttention(dim, heads, dim_head=D) (no q/k/v bias)
     lat:  linear_attention_transformer.linear_attention_transformer.SelfAttention(dim, heads, dim_head=D),
@@ -77,7 +78,7 @@ def transplant_into_lat(ours, lat):
 
     Hint 1 (nudge): both modules have to_q, to_k, to_v and to_out of the same shapes. If the input to their
         to_out is ours times a constant c, how can to_out undo that constant? Does to_out's bias see it?
-    Hint 2 (plan): find c from section 3 (which head size does it use?); without recording gradients, copy
+    Hint 2 (plan): find c from section 2 (which head size does it use?); without recording gradients, copy
         what needs no change as it is, and give one layer (to_out is one way) a weight that undoes c.
     Hint 3 (formula): a linear layer applied to c·h equals a layer with c times the weight applied to h, while a
         bias is added after the product and never sees c. Decide which one of their four layers to change (more
@@ -89,7 +90,7 @@ def transplant_into_lat(ours, lat):
 def linformer_into_ours(theirs, ours):
     """Task 5.4 (optional): copy a `linformer` 0.2.3 LinformerSelfAttention's weights into our LinformerSelfAttention.
 
-    Optional because notebook 03 prints minilin's adapter for this pair; uses notebook 05, section 4.
+    Optional because notebook 03 prints minilin's adapter for this pair; uses notebook 05, section 3.
     theirs: linformer.LinformerSelfAttention(dim, seq_len, k, heads) (share_kv=False, one_kv_head=False)
     ours:   minilin.linformer.LinformerSelfAttention(dim, heads, seq_len, k, sharing="headwise")
     Returns ours, modified in place, such that ours(x) == theirs(x) for x (B, N, dim), N <= seq_len.
@@ -193,7 +194,7 @@ def focus_scale(n, target, kernel="elu+1"):
     """Task 5.8 (predict, then measure): how large must queries and keys be before a kernel puts a given share of
     each query's weight on its own key?
 
-    Notebook 05, section 2 shows elu+1 focusing on one structured input of N = 16 at a few scales; here you find
+    Notebook 05, Appendix A, shows elu+1 focusing on one structured input of N = 16 at a few scales; here you find
     the scale itself, for both kernels and any n. The input: n keys of dimension n, key j = a·(2e_j − 1) (entry j
     is +a, every other entry −a), and query i = key i. The weights of query i: for "elu+1", φ(q_i)·φ(k_j) with
     φ(x) = elu(x) + 1, divided by their sum over j; for "softmax", softmax over j of q_i·k_j/√n. The own-key weight

@@ -7,13 +7,9 @@ import torch
 
 def efficient_attention(q, k, v, mask=None):
     """Task 5.1: softmax(q, features) @ (softmax(k, positions)ᵀ @ v), padded keys excluded."""
-    if mask is not None:
-        k = k.masked_fill(~mask[:, None, :, None], float("-inf"))
-    top = k.amax(dim=-2, keepdim=True)
-    top = torch.where(torch.isfinite(top), top, torch.zeros_like(top))
-    e = torch.exp(k - top)  # (B, H, M, D), 0 for padded keys
-    total = e.sum(dim=-2, keepdim=True)
-    rho_k = e / torch.where(total > 0, total, torch.ones_like(total))
+    rho_k = torch.softmax(k if mask is None else k.masked_fill(~mask[:, None, :, None], float("-inf")), dim=-2)
+    if mask is not None:  # (B, H, M, D); a sequence with no real key: 0/0 = NaN everywhere, set to 0
+        rho_k = torch.where(mask.any(dim=-1)[:, None, None, None], rho_k, torch.zeros_like(rho_k))
     context = torch.einsum("bhmd,bhme->bhde", rho_k, v)  # (B, H, D, Dv)
     return torch.einsum("bhnd,bhde->bhne", torch.softmax(q, dim=-1), context)
 
