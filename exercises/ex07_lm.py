@@ -192,7 +192,7 @@ def efficient_decode_step(q_t, k_t, v_t, state=None):
     constant size.
 
     Extends notebook 07, section 7 ("Swap the attention": decoding at constant memory), to the causal
-    kernel of linear-attention-transformer (notebook 05, section 3, "The causal variant"): φ_q = softmax of q
+    kernel of linear-attention-transformer (notebook 05, section 2, "The causal variant"): φ_q = softmax of q
     over its features, φ_k = exp(k), out_t = Σ_{j ≤ t} (φ_q(q_t)·φ_k(k_j)) v_j / Σ_{j ≤ t} φ_q(q_t)·φ_k(k_j).
     q_t, k_t: (B, H, D), v_t: (B, H, Dv): the new token's query, key and value.
     state: None before the first token, else (S, z) with S = Σ_{j < t} φ_k(k_j) v_jᵀ (B, H, D, Dv) and
