@@ -73,10 +73,11 @@ def chunked_gla(q, k, v, log_gate, chunk_size, initial_state=None):
         decayed from the chunk's start; the state is then decayed through the whole chunk and each key of the
         chunk is written decayed from its own position to the chunk's end. Take every exponent as a difference
         of cumulative sums that is <= 0, masking the entries above the diagonal before the exponential.
-    Hint 3 (formula): with b_i = Σ_{s ≤ i} g_s inside the chunk (a vector over the features) and S_0 the state at
-        the chunk's start: o_i = [ Σ_d q_id exp(b_id) S_0[d, :] + Σ_{j ≤ i} (Σ_d q_id k_jd exp(b_id − b_jd)) v_j ]
-        / √Dk, and the next chunk starts from S_C[d, :] = exp(b_Cd) S_0[d, :] + Σ_j exp(b_Cd − b_jd) k_jd v_j,
-        where C is the chunk's last token.
+    Hint 3 (formula): in words, per chunk. Output: the carried state read by the query whose every feature is
+        decayed from the chunk's start to its own token, plus each value of the chunk up to its own token weighted by
+        a feature-by-feature sum of query times key times the decay between the two tokens; divide by √Dk. State
+        handed on: the old state with each key-feature row decayed through the whole chunk, plus each key of the
+        chunk, feature by feature decayed from its token to the chunk's end, times its value.
     """
     raise NotImplementedError("Task 9.2")
 
