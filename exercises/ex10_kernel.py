@@ -60,8 +60,7 @@ def backward_cost(n, d, chunk, itemsize):
         itself and one carried state G = Σ_(later tokens i) q_i do_iᵀ, which it then updates with the chunk's own
         tokens: derive the matrix products that takes (each (c × c) matrix it forms is used once).
     Count a product of an (m × k) by a (k × p) matrix as 2 m k p FLOPs and nothing else (the masks, exponentials
-    and additions are elementwise and small). Bytes: what crosses HBM: the dq scan reads k, v, do and writes dq; the
-    dk, dv scan reads q, k, v, do and writes dk and dv; each (n × d) tensor once, the states never.
+    and additions are elementwise and small). Bytes: the (n × d) tensors that cross HBM, each once; the states never.
     Extends notebook 10, section 5, which counts the forward the same way. Predict first: is the backward's
     intensity (flops / bytes) above or below the forward's (c + d) / itemsize, and does it depend on n? Checked
     against the count on five cases (a ragged last chunk, n smaller than a chunk, float32 and bfloat16).
@@ -71,7 +70,10 @@ def backward_cost(n, d, chunk, itemsize):
     Hint 2 (plan): list the products with their shapes, each (c × d)(d × c), (c × d)(d × d), (c × c)(c × d) or
         (d × c)(c × d) up to transposes; multiply each by its FLOPs, add, and multiply by the number of chunks,
         rounded up. For the bytes, count the (n × d) tensors read and written by the two kernels together.
-    Hint 3 (formula): per chunk, the dq scan does two products with a (c × c) side and two with a (d × d) side;
-        the dk, dv scan four and three. Price each at 2 m k p, sum, and multiply by the chunks.
+    Hint 3 (formula): write the list of each kernel's products with their shapes, per chunk. The dq scan: the
+        forward's, with section 6's substitution. The dk, dv scan: the two masked score matrices (k against q,
+        v against do), each times the chunk's do or q; k and v times the carried state; and the state's update
+        from the chunk's q and do. Price each at 2 m k p, sum, and multiply by the chunks. Bytes: the dq scan
+        reads k, v, do and writes dq; the dk, dv scan reads q, k, v, do and writes dk and dv.
     """
     raise NotImplementedError("Task 10.2")
