@@ -3,6 +3,7 @@ results/reference/lm_swap_seeds.csv.
 
     python tests/lm_swap_seeds.py                      # seeds 0,1,2 (about 2 minutes a seed on one CPU thread)
     python tests/lm_swap_seeds.py --seeds 0 --out /tmp/s.csv   # a quick try
+    python tests/lm_swap_seeds.py --lr 0.01 --out /tmp/lr.csv  # the same runs at another constant rate
 
 The model, the loop, the sizes and the validation bytes are the notebook's own: the script runs the notebook's code
 cells up to the one that defines `train_lm` (leaving out the statements there that call it), then calls
@@ -45,6 +46,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--lr", type=float, default=None, help="AdamW's constant rate (default: the notebook's LR)")
     args = parser.parse_args(argv)
     seeds = [int(s) for s in args.seeds.split(",")]
     os.environ.setdefault("TQDM_DISABLE", "1")
@@ -54,11 +56,16 @@ def main(argv=None):
     torch.set_num_threads(1)
     ns = notebook_namespace()
     ns["DEVICE"] = "cpu"
+    if args.lr is not None:
+        if not args.lr > 0:
+            parser.error(f"--lr must be positive, got {args.lr:g}")
+        ns["LR"] = args.lr  # train_lm reads the notebook's global LR when it builds its optimizer
     rows = []
     for seed in seeds:
         for name, mix in (("exact", ns["causal_softmax_mix"]), ("linear", ns["causal_linear_mix"])):
             _, curve = ns["train_lm"](mix, seed=seed)
-            rows.append({"seed": seed, "mixing": name, "val_bits_per_byte": round(curve[ns["STEPS"]], 4)})
+            bits = round(curve[ns["STEPS"]], 4)
+            rows.append({"seed": seed, "mixing": name, "lr": ns["LR"], "val_bits_per_byte": bits})
             print(rows[-1], flush=True)
     header = [
         ("command: python tests/lm_swap_seeds.py " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))).strip(),
