@@ -1,6 +1,7 @@
-"""Exercises for notebook 05: efficient attention, moving weights between libraries, counting a block's FLOPs, two
-new cases of linear attention (Tasks 5.6 and 5.7: extend), and a measurement of how sharply each kernel can focus
-(Task 5.8: predict, then measure). Tasks 5.4-5.7 are optional.
+"""Exercises for notebook 05, whose idea is to know what a peer library really computes and to test that two
+implementations agree: write what LAT computes (5.1, 5.2), move weights between a library and ours (5.3, 5.4),
+check a count against an independent counter (5.5), extend section 1's linear attention (5.6, 5.7: extend) and
+measure how sharply elu+1 and softmax focus (5.8: predict, then measure). Tasks 5.4-5.7 are optional.
 
 Implement each function, then grade yourself:  python -m minilin grade --chapter 5
 Shapes follow the course convention: q (B, H, N, D), k (B, H, M, D), v (B, H, M, Dv);
@@ -16,7 +17,8 @@ import torch
 def efficient_attention(q, k, v, mask=None):
     """Task 5.1: Shen et al.'s efficient attention ρ_q(q) (ρ_k(k)ᵀ v), non-causal (arXiv 1812.01243, eq. 3).
 
-    Extends notebook 05, section 2 (efficient attention without a mask) to padding and an all-padded sequence.
+    Writes notebook 05, section 2's formula (its cells run the package's version), with padding and an all-padded
+    sequence.
     q: (B, H, N, D), k: (B, H, M, D), v: (B, H, M, Dv), mask: (B, M) bool or None  ->  (B, H, N, Dv)
     ρ_q: softmax of each query over its D features (dim -1).
     ρ_k: softmax of each key feature over the M positions (dim -2); padded keys must get weight 0, and a
@@ -90,7 +92,7 @@ def transplant_into_lat(ours, lat):
 def linformer_into_ours(theirs, ours):
     """Task 5.4 (optional): copy a `linformer` 0.2.3 LinformerSelfAttention's weights into our LinformerSelfAttention.
 
-    Optional because notebook 03 prints minilin's adapter for this pair; uses notebook 05, section 3.
+    Section 3's weight transplant for another peer, theirs into ours (optional: notebook 03 prints this adapter).
     theirs: linformer.LinformerSelfAttention(dim, seq_len, k, heads) (share_kv=False, one_kv_head=False)
     ours:   minilin.linformer.LinformerSelfAttention(dim, heads, seq_len, k, sharing="headwise")
     Returns ours, modified in place, such that ours(x) == theirs(x) for x (B, N, dim), N <= seq_len.
@@ -113,7 +115,8 @@ def linformer_into_ours(theirs, ours):
 def block_flops(batch, n, dim, *, proj_len=None, ff_mult=4):
     """Task 5.5 (optional): FLOPs of one forward pass of a pre-norm Transformer block, counted from first principles.
 
-    New in notebook 05 (the notebook counts no block): for any batch, length, width and ff_mult.
+    Section 3's test against an independent implementation, applied to a cost: your count against PyTorch's
+    FlopCounterMode, for the block Appendix B matches to LAT's layers; any batch, length, width and ff_mult.
     The block is minilin.model.Block: x + attn(LN(x)), then x + MLP(LN(x)) with MLP = Linear(dim, ff_mult·dim),
     GELU, Linear(ff_mult·dim, dim). attn: exact attention when proj_len is None, else Linformer projecting
     the n keys and values to proj_len positions (E @ K, F @ V; the paper calls proj_len k). Count as
@@ -194,8 +197,8 @@ def focus_scale(n, target, kernel="elu+1"):
     """Task 5.8 (predict, then measure): how large must queries and keys be before a kernel puts a given share of
     each query's weight on its own key?
 
-    Notebook 05, Appendix A, shows elu+1 focusing on one structured input of N = 16 at a few scales; here you find
-    the scale itself, for both kernels and any n. The input: n keys of dimension n, key j = a·(2e_j − 1) (entry j
+    Section 1's elu+1 map (the peers' linear attention) against softmax, on inputs the notebook does not measure;
+    you find the scale itself, for both kernels and any n. The input: n keys of dimension n, key j = a·(2e_j − 1) (entry j
     is +a, every other entry −a), and query i = key i. The weights of query i: for "elu+1", φ(q_i)·φ(k_j) with
     φ(x) = elu(x) + 1, divided by their sum over j; for "softmax", softmax over j of q_i·k_j/√n. The own-key weight
     (the weight of query i on key i) is the same for every i; at a = 0 it is 1/n, and it grows with a.

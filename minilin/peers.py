@@ -131,15 +131,74 @@ class PerformerPytorchFAVOR:
         self.feature_eps, self.denominator_eps = feature_eps, denominator_eps
 
     def __call__(self, q, k, v):
-        import functools
-
-        import performer_pytorch.performer_pytorch as pp
-        original = pp.softmax_kernel  # FastAttention.forward looks this global up at call time
-        pp.softmax_kernel = functools.partial(original, eps=self.feature_eps)
-        try:
+        with _performer_pytorch_feature_eps(self.feature_eps):
             return self.module(q, k, v)
-        finally:
-            pp.softmax_kernel = original
+
+
+def _performer_pytorch_feature_eps(eps):
+    """A context in which performer-pytorch 1.1.4's softmax_kernel adds `eps` to every feature (theirs: 1e-4)."""
+    import functools
+    import unittest.mock
+
+    import performer_pytorch.performer_pytorch as pp
+    # FastAttention.forward looks the global softmax_kernel up at call time: patch it for the call only
+    return unittest.mock.patch.object(pp, "softmax_kernel", functools.partial(pp.softmax_kernel, eps=eps))
+
+
+# our PerformerSelfAttention's tensor -> their SelfAttention's tensor (every tensor of theirs, once)
+PERFORMER_SELF_ATTENTION_NAMES = {"to_q.weight": "to_q.weight", "to_k.weight": "to_k.weight",
+                                  "to_v.weight": "to_v.weight", "to_out.weight": "to_out.weight",
+                                  "to_out.bias": "to_out.bias", "projection": "fast_attention.projection_matrix"}
+
+
+class PerformerPytorchSelfAttention:
+    """performer-pytorch 1.1.4's `SelfAttention` carrying our `PerformerSelfAttention`'s weights: call it as fn(x).
+
+    x: (B, N, dim) -> (B, N, dim). Built by `performer_self_attention_to_peer`. Their forward runs unmodified
+    except for `feature_eps`, the constant their softmax_kernel adds to every feature (1e-4 as shipped; 0 gives
+    FAVOR+ as the paper defines it). `module` is their layer; `param_pairs` maps our parameters to its own, for
+    `compare_with_peer`.
+    """
+
+    def __init__(self, module, param_pairs, feature_eps):
+        self.module, self.param_pairs, self.feature_eps = module, param_pairs, feature_eps
+
+    def __call__(self, x, **kwargs):
+        with _performer_pytorch_feature_eps(self.feature_eps):
+            return self.module(x, **kwargs)
+
+
+def performer_self_attention_to_peer(ours, *, feature_eps=1e-4):
+    """performer-pytorch 1.1.4's `SelfAttention` (non-causal, global heads) holding `ours`' weights.
+
+    ours: minilin.performer.PerformerSelfAttention with positive features and bias=False (their to_q, to_k,
+    to_v have no bias). to_q, to_k, to_v, to_out map by name and our `projection` buffer (m, dim_head) becomes
+    their projection_matrix (PERFORMER_SELF_ATTENTION_NAMES); the load is strict, so a tensor of theirs left
+    unset raises. Same dtype and device as ours. Returns a PerformerPytorchSelfAttention:
+    `compare_with_peer(ours, theirs, [x], param_pairs=theirs.param_pairs)` tests the transplant.
+    """
+    import contextlib
+    import io
+
+    import torch
+    from performer_pytorch.performer_pytorch import SelfAttention
+
+    if ours.kernel != "positive":
+        raise ValueError(f"performer-pytorch's softmax_kernel is FAVOR+'s positive map; got kernel={ours.kernel!r}")
+    if ours.to_q.bias is not None:
+        raise ValueError("performer-pytorch's SelfAttention has no q/k/v bias: build ours with bias=False")
+    with torch.random.fork_rng(devices=[]), contextlib.redirect_stdout(io.StringIO()):  # its init draws and prints
+        peer = SelfAttention(dim=ours.dim, heads=ours.heads, dim_head=ours.dim_head, nb_features=ours.nb_features)
+    peer = peer.to(dtype=ours.projection.dtype, device=ours.projection.device).train(ours.training)
+    mine = ours.state_dict()
+    peer.load_state_dict({theirs: mine[name] for name, theirs in PERFORMER_SELF_ATTENTION_NAMES.items()})
+    same = lambda t: t  # noqa: E731  the weights are copied unchanged, so are their gradients
+    ours_params, their_params = dict(ours.named_parameters()), dict(peer.named_parameters())
+    pairs = [(ours_params[name], their_params[theirs], same, same)
+             for name, theirs in PERFORMER_SELF_ATTENTION_NAMES.items() if name in ours_params]
+    if len(pairs) != len(their_params):
+        raise ValueError(f"their learnable tensors {sorted(their_params)} are not all paired with ours")
+    return PerformerPytorchSelfAttention(peer, pairs, feature_eps)
 
 # ---- linear-attention-transformer ----
 # Targets linear-attention-transformer 0.19.1. What its global heads compute (read from its source):

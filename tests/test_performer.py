@@ -520,6 +520,29 @@ def test_equals_performer_pytorch_fast_attention(causal):
 
 
 @pytest.mark.peers
+def test_self_attention_transplant_into_performer_pytorch(monkeypatch):
+    """performer_self_attention_to_peer: their SelfAttention with our weights is our function (float64, outputs
+    and the gradients for the input and every weight <= 1e-12) once their feature epsilon is 0; with 1e-4, as
+    shipped, it is not; and a transplant that copies one wrong weight (to_q and to_k swapped) fails the check."""
+    pytest.importorskip("performer_pytorch")
+    from minilin import peers
+    ours = PerformerSelfAttention(24, heads=3, nb_features=20, seed=50).double()
+    x = qkv(B=2, H=1, N=12, D=24, seed=51)[0][:, 0]  # (2, 12, 24)
+
+    def gaps(feature_eps):
+        theirs = peers.performer_self_attention_to_peer(ours, feature_eps=feature_eps)
+        assert theirs.module.fast_attention.projection_matrix.dtype == torch.float64 and len(theirs.param_pairs) == 5
+        return peers.compare_with_peer(ours, theirs, [x], param_pairs=theirs.param_pairs)
+
+    exact = gaps(0.0)
+    assert max(exact.values()) <= 1e-12, exact
+    assert gaps(1e-4)["output"] > 1e-6
+    swapped = {**peers.PERFORMER_SELF_ATTENTION_NAMES, "to_q.weight": "to_k.weight", "to_k.weight": "to_q.weight"}
+    monkeypatch.setattr(peers, "PERFORMER_SELF_ATTENTION_NAMES", swapped)
+    assert gaps(0.0)["output"] > 1e-3  # the mutant transplant: the check catches it
+
+
+@pytest.mark.peers
 def test_performer_pytorch_causal_past_depends_on_future():
     """Their key stabiliser is a max over all positions (performer-pytorch#82): with their epsilon the past
     changes when the future does; ours is bit-for-bit unchanged."""
