@@ -1,7 +1,7 @@
 """Exercises for notebook 07: the pieces of a byte-level language model's data, loss and training loop on cases the
-notebook does not solve, a prediction of its decoding finding on new sizes (Task 7.9), and four optional tasks:
-7.4 (masked-LM corruption) and 7.6 (checkpoints), and two extend tasks on decoding (7.7 and 7.8: use the idea on a
-new case).
+notebook does not solve, the chapter's decoding idea on a new attention (Task 7.8: one recurrent step with a state of
+constant size), a prediction of its decoding finding on new sizes (Task 7.9), and three optional tasks: 7.4
+(masked-LM corruption), 7.6 (checkpoints) and 7.7 (nucleus sampling, an extend task: use the idea on a new case).
 
 Implement each function, then grade yourself:  python -m minilin grade --chapter 7
 Conventions (see minilin/data.py): tokens are UTF-8 bytes (ids 0..255), MASK_ID = 256 marks a hidden
@@ -83,7 +83,8 @@ def lm_loss(logits, targets):
 def mask_for_mlm(tokens, *, generator, mask_prob=0.15):
     """Task 7.4 (optional): BERT's masked-LM corruption -> (corrupted, targets), both shaped like tokens.
 
-    Revisits notebook 07's appendix "can Linformer train as a masked LM on bytes?".
+    Notebook 07, section 7 shows that Linformer cannot be causal: it trains as a masked LM instead (BERT, Devlin et
+    al. 2018, arXiv 1810.04805), on inputs corrupted this way.
     Select each position independently with probability mask_prob.
     A selected position becomes MASK_ID with probability 0.8, a uniformly random byte (0..255, drawn for each
     position) with probability 0.1, and keeps its byte with probability 0.1. targets = the original byte at
