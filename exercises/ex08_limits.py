@@ -11,7 +11,7 @@ Each task has three hints, from a nudge to the formula. Read one, try, and read 
 """
 import torch
 
-from minilin.attention import softmax_attention  # allowed here (Task 8.3 may use it)
+from minilin.attention import softmax_attention  # allowed here (Task 8.3 may build its copy with it)
 
 
 def linformer_effective_map(q, k, E, F, mask=None):
@@ -77,27 +77,29 @@ def recall_accuracy(k, v):
     raise NotImplementedError("Task 8.2")
 
 
-def linformer_copy(v, positions, sharpness):
-    """Task 8.3: build a Linformer layer that copies the values at chosen positions.
+def copy_sharpness(v, positions, tol):
+    """Task 8.3: how sharp must a copying Linformer's scores be?
 
-    v: (B, H, M, Dv), positions: a list of `slots` distinct ints in 0..M-1, sharpness: a float s >= 0
-    ->  (B, H, slots, Dv)
-    Choose Linformer's projections E = F of shape (slots, M), keys (B, H, M, D) and `slots` queries (B, H, slots, D)
-    so that, after the 1/√D scaling, query j scores s on projected slot j and 0 on every other slot, with slot j
-    holding the key and the value of position positions[j]. Return the layer's output
-    softmax(q (E k)ᵀ / √D) (F v) for these choices: row j then tends to v[positions[j]] as s grows.
-    Extends notebook 08's appendix on a copying Linformer: the copy that needs full rank is within reach of a
-    Linformer whose slots are the positions to copy.
+    v: (B, H, M, Dv), positions: a list of `slots` distinct ints in 0..M-1, tol: a float > 0  ->  a Python float
+    A Linformer copies chosen positions when E = F select them (row j of E holds a 1 at position positions[j]) and
+    query j's scaled scores are s on projected slot j and 0 on every other projected slot: its output
+    softmax(scores) (F v) tends to v[..., positions, :] as s grows, but a softmax never reaches it. Return the
+    smallest s >= 0 at which every entry of that output is within `tol` of v[..., positions, :] (to 1e-6 in s; 0.0
+    when s = 0 already meets it). Predict first: for 16 slots and tol 1e-3, is s nearer 5, 10 or 50, and how does
+    it grow with the number of slots?
+    Extends notebook 08's appendix on a copying Linformer, whose queries never single out their slot unaided: how
+    large must the gap between the own score and the others be, for a copy to a given precision?
 
-    Hint 1 (nudge): what must a projection matrix look like for its product with the values to be just some rows
-        of the values, in a chosen order? And which keys and queries give a score table that is s times the
-        identity?
-    Hint 2 (plan): a (slots, M) matrix that picks positions; keys that are zero except at the chosen positions,
-        each a different direction; queries along those same directions, scaled to undo the 1/√D; then exact
-        attention over the projected slots (softmax_attention may do that last step).
-    Hint 3 (formula): the projected values must be the chosen rows of the values, in order, and the scaled
-        scores of the queries against the projected keys s times the identity: orthonormal projected keys make
-        them diagonal, and the length of the queries sets s.
+    Hint 1 (nudge): nothing here needs training. At sharpness s every row puts one weight on its own slot and
+        another, equal, weight on each other slot. How does that weight fall with s, and what does a row's error
+        multiply it by?
+    Hint 2 (plan): write row j's output as the value at positions[j] plus the weight on one other slot times a
+        sum of differences of chosen values; take the largest error over batch, head, row and feature; the error
+        only falls as s grows, so solve for s, or bisect on it.
+    Hint 3 (formula): each other slot gets weight one over (e to the s, plus slots minus one); row j's error is
+        that weight times the sum of the chosen values minus slots times row j's own value. With C the largest
+        such entry in absolute value, s is the logarithm of (C / tol minus slots plus one), or 0 when C / tol is
+        at most slots.
     """
     raise NotImplementedError("Task 8.3")
 

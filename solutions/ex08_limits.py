@@ -1,9 +1,7 @@
-"""Solutions for exercises/ex08_limits.py (standalone: torch and minilin.attention.softmax_attention only)."""
+"""Solutions for exercises/ex08_limits.py (standalone: math and torch only)."""
 import math
 
 import torch
-
-from minilin.attention import softmax_attention
 
 
 def linformer_effective_map(q, k, E, F, mask=None):
@@ -28,16 +26,12 @@ def recall_accuracy(k, v):
     return (nearest == own).to(k.dtype).mean(dim=-1)
 
 
-def linformer_copy(v, positions, sharpness):
-    B, H, M, _ = v.shape
-    n_slots = len(positions)
-    index = torch.as_tensor(positions)
-    select = torch.zeros(n_slots, M, dtype=v.dtype)
-    select[torch.arange(n_slots), index] = 1.0  # E = F: row i picks position positions[i]
-    keys = torch.zeros(B, H, M, n_slots, dtype=v.dtype)
-    keys[:, :, index, torch.arange(n_slots)] = 1.0  # the key at positions[i] is the unit vector e_i
-    queries = sharpness * math.sqrt(n_slots) * torch.eye(n_slots, dtype=v.dtype).expand(B, H, n_slots, n_slots)
-    return softmax_attention(queries, select @ keys, select @ v)  # scores sharpness · δ_ij over the k slots
+def copy_sharpness(v, positions, tol):
+    chosen = v[..., list(positions), :]  # (B, H, slots, Dv): what the copy must give back
+    slots = chosen.shape[-2]
+    # at sharpness s each other slot weighs 1 / (e^s + slots - 1); row j's error is that times Σ_i v_i - slots v_j
+    spread = float((chosen.sum(-2, keepdim=True) - slots * chosen).abs().max())
+    return math.log(spread / tol - slots + 1) if spread / tol > slots else 0.0
 
 
 def pairs_held(k, v, threshold=0.9):

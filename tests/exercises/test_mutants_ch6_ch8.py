@@ -142,23 +142,32 @@ MUTANTS = {
                  "    r = state_readout(k, v, k)\n"
                  "    own = torch.arange(k.shape[-2])\n"
                  "    return ((r @ v.transpose(-2, -1)).argmax(-1) == own).double().mean(-1)\n"),
-    # 8.3: notebook 08's ideal map: the first k positions, not the chosen ones
-    "8.3 first k": ("linformer_copy", "import math\n"
-                                      "import torch\n"
-                                      "from minilin.attention import softmax_attention\n"
-                                      "def linformer_copy(v, positions, sharpness):\n"
-                                      "    B, H, M, _ = v.shape\n"
-                                      "    n = len(positions)\n"
-                                      "    E = torch.zeros(n, M, dtype=v.dtype)\n"
-                                      "    E[torch.arange(n), torch.arange(n)] = 1.0\n"
-                                      "    keys = torch.zeros(B, H, M, n, dtype=v.dtype)\n"
-                                      "    keys[:, :, torch.arange(n), torch.arange(n)] = 1.0\n"
-                                      "    eye = torch.eye(n, dtype=v.dtype).expand(B, H, n, n)\n"
-                                      "    q = sharpness * math.sqrt(n) * eye\n"
-                                      "    return softmax_attention(q, E @ keys, E @ v)\n"),
-    # 8.3: a hard copy, ignoring the softmax's weight on the other slots
-    "8.3 hard copy": ("linformer_copy", "def linformer_copy(v, positions, sharpness):\n"
-                                        "    return v[:, :, list(positions)]\n"),
+    # 8.3: the own slot's weight at least 1 - tol, whatever the values (the error is a weight times a spread)
+    "8.3 own weight": ("copy_sharpness", "import math\n"
+                 "def copy_sharpness(v, positions, tol):\n"
+                 "    n = len(positions)\n"
+                 "    return max(0.0, math.log((n - 1) * (1 - tol) / tol))\n"),
+    # 8.3: each other slot's weight taken as e^-s, as if the own slot's weight were 1
+    "8.3 no crowd": ("copy_sharpness", "import math\n"
+                 "def copy_sharpness(v, positions, tol):\n"
+                 "    c = v[..., list(positions), :]\n"
+                 "    n = c.shape[-2]\n"
+                 "    spread = float((c.sum(-2, keepdim=True) - n * c).abs().max())\n"
+                 "    return max(0.0, math.log(spread / tol))\n"),
+    # 8.3: the mean error over the entries, not the largest, within tol
+    "8.3 mean error": ("copy_sharpness", "import math\n"
+                 "def copy_sharpness(v, positions, tol):\n"
+                 "    c = v[..., list(positions), :]\n"
+                 "    n = c.shape[-2]\n"
+                 "    spread = float((c.sum(-2, keepdim=True) - n * c).abs().mean())\n"
+                 "    return math.log(spread / tol - n + 1) if spread / tol > n else 0.0\n"),
+    # 8.3: the formula without its floor at 0: a negative s (or a log of a negative) where s = 0 already copies
+    "8.3 no floor": ("copy_sharpness", "import math\n"
+                 "def copy_sharpness(v, positions, tol):\n"
+                 "    c = v[..., list(positions), :]\n"
+                 "    n = c.shape[-2]\n"
+                 "    spread = float((c.sum(-2, keepdim=True) - n * c).abs().max())\n"
+                 "    return math.log(abs(spread / tol - n + 1))\n"),
     # 8.4: the largest p that passes, even after a smaller prefix failed (the prefixes not all checked)
     "8.4 any prefix": ("pairs_held", "import torch\n"
                  "def pairs_held(k, v, threshold=0.9):\n"
