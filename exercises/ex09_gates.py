@@ -36,12 +36,11 @@ def chunked_gated_delta(q, k, v, beta, log_alpha, chunk_size, initial_state=None
         chunk's start, every term that held S_in gets the decay from the chunk's start to token i, and every
         term that held an earlier δ_j the decay from token j to token i; the triangular system keeps its shape,
         and the output and the next chunk's state gain the same kinds of factor.
-    Hint 3 (formula): the strictly lower matrix L holds β_i times (k_i · k_j) times the decay from j to
-        i; the right-hand side is β times the values, minus β times the decay from the chunk's start times the
-        keys multiplied by S_in; solve the unit lower-triangular system for the corrected values Δ. A token's
-        output is its query, decayed from the chunk's start, reading S_in, plus its masked, decayed scores with
-        the chunk's keys times Δ. The next state is S_in decayed through the whole chunk, plus each key decayed
-        to the chunk's end times its row of Δ. Every exponent is a difference of cumulative sums that is <= 0.
+    Hint 3 (formula): in words, take the notebook's three equations for Δ, O and S_out one at a time and ask, for
+        each term, which stretch of the chunk its content has crossed (the chunk's start to token i, token j to
+        token i, or token j to the chunk's end); that stretch's decay is the factor it gains. Before you run the
+        grader, work a chunk of two tokens by hand and compare with two calls of minilin.gated.step in a scratch
+        cell.
     """
     raise NotImplementedError("Task 9.1")
 
@@ -83,7 +82,7 @@ def chunked_gla(q, k, v, log_gate, chunk_size, initial_state=None):
 
 
 def repeated_write_error(initial_state, k, v, beta, t):
-    """Task 9.3 (first function): the delta rule's readout error after writing the same pair t times.
+    """Task 9.3: the delta rule's readout error after writing the same pair t times.
 
     initial_state: (B, H, Dk, Dv), k: (B, H, Dk), v: (B, H, Dv), beta: (B, H), t: an int >= 0  ->  (B, H, Dv)
     Write the pair (k, v) t times with the delta rule S ← S + β k (v − Sᵀ k)ᵀ, starting from initial_state, and
@@ -99,30 +98,6 @@ def repeated_write_error(initial_state, k, v, beta, t):
     Hint 3 (formula): write the error before any write, e_0, per batch row and head. Expand one write,
         S ← S + β k eᵀ, and read the new state at k: the new error is the old one times a number built from β
         and k's squared length. t writes multiply e_0 by that number t times; raise it to a power, no loop.
-    """
-    raise NotImplementedError("Task 9.3")
-
-
-def writes_needed(beta, eps, key_norm=1.0):
-    """Task 9.3 (second function): how many writes of one key shrink its readout error to a fraction eps.
-
-    beta: a float, eps: a float > 0, key_norm: ‖k‖ (a float > 0)  ->  a Python int, or None
-    Return the smallest t >= 0 for which the error after t writes is at most eps times the error before the first
-    write (whatever the initial state and the value), or None when no number of writes gets there.
-    Extends notebook 09, section 1, as repeated_write_error does. Checked on β = 1 (one write suffices for a unit
-    key), β in (0, 1) and in (1, 2), keys of length 1, 1.5 and 2, an eps met exactly (count it as reached),
-    eps = 1 (no write needed), and on β = 0, β = 2 and a write that overshoots, where the answer is None; every
-    count is replayed by the delta rule itself.
-
-    Hint 1 (nudge): Task 9.3's closed form says by how much each write shrinks the error. When does that factor
-        shrink anything at all, and when does one write remove the error completely?
-    Hint 2 (plan): take the factor's absolute value r. Handle the special cases first (eps >= 1, r = 0, r >= 1);
-        otherwise a logarithm gives the count, which you then check and correct by a step up or down, since the
-        logarithms' round-off can land just on the wrong side of a whole number.
-    Hint 3 (formula): call r the absolute value of the per-write factor of the first function. Decide
-        the cases where the answer needs no logarithm (eps already met, r zero, r not below one); otherwise the
-        answer is the first whole t whose t-th power of r is at most eps: get it from logarithms, then verify it
-        with the power itself and step by one if round-off put it on the wrong side.
     """
     raise NotImplementedError("Task 9.3")
 

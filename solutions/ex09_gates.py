@@ -52,22 +52,6 @@ def repeated_write_error(initial_state, k, v, beta, t):
     return shrink[..., None] ** t * start
 
 
-def writes_needed(beta, eps, key_norm=1.0):
-    ratio = abs(1 - beta * key_norm ** 2)
-    if eps >= 1:
-        return 0
-    if ratio == 0:
-        return 1
-    if ratio >= 1:
-        return None
-    count = max(1, math.ceil(math.log(eps) / math.log(ratio)))
-    while ratio ** count > eps:  # the logarithms' round-off, on either side
-        count += 1
-    while count > 1 and ratio ** (count - 1) <= eps:
-        count -= 1
-    return count
-
-
 def memory_crossover(layers, exact_layers, heads, dim_head, dim_k, dim_v, kv_itemsize, state_itemsize):
     if not 0 <= exact_layers <= layers:
         raise ValueError(f"exact_layers must be between 0 and layers = {layers}, got {exact_layers}")
