@@ -35,7 +35,7 @@ def linformer_saved_bytes(B, H, N, n, D, Dv, k, itemsize, shared):
     gradient for them), used at their full length n; `shared` True means E and F are one and the same tensor
     (Linformer's key-value sharing, notebook 03's appendix on sharing). Returns an int (bytes).
     Extends notebook 06, section 2 (what backward keeps) to Linformer, whose saved bytes the notebook does not
-    derive (its Appendix G only compares forward peaks); the grader measures minilin.linformer.
+    derive; the grader measures minilin.linformer.
 
     Hint 1 (nudge): there are three matrix products now. For each, which factor is needed to get the gradient of
         the other factor, knowing that E and F need no gradient but K and V do?
@@ -99,7 +99,7 @@ def causal_block_work(n, q_block, kv_block):
     ones may be shorter) and computes a whole (query block, key block) tile whenever at least one of its keys is
     visible to one of its queries (key index <= query index), masking inside it; tiles wholly above the diagonal are
     skipped.  ->  a float: the number of score entries it computes divided by n².
-    Notebook 06 (Appendix D) counted SDPA's CPU kernel, whose cost is set by its key blocks of 512; here both
+    Notebook 06 (Appendix C) counted SDPA's CPU kernel, whose cost is set by its key blocks of 512; here both
     block sizes are yours. Before you code it, predict on paper the share for n = 1024 with tiles of 256 x 512 and
     for tiles of 512 x 256, then let the grader measure: it runs such a blocked loop on meta tensors under
     FlopCounterMode and divides by the count of the full product.
