@@ -69,8 +69,9 @@ def causal_efficient_attention(q, k, v, bucket_size=1):
 def transplant_into_lat(ours, lat):
     """Task 5.3: copy our EfficientSelfAttention's weights into a linear-attention-transformer SelfAttention.
 
-    Uses notebook 05, section 2 (LAT's rows sum to D^-1/2) and section 3 (a weight transplant is tested by
-    comparing outputs); the notebook does not build this pair.
+    Uses notebook 05, Appendix A (LAT's rows sum to D^-1/2) and section 3 (a weight transplant is tested by
+    comparing outputs). Appendix A moves whole LAT stacks the other way, their weights into minilin's blocks
+    (minilin.peers: read it once you are done).
     ours: minilin.efficient.EfficientSelfAttention(dim, heads, dim_head=D) (no q/k/v bias)
     lat:  linear_attention_transformer.linear_attention_transformer.SelfAttention(dim, heads, dim_head=D),
           non-causal, same sizes, random weights.  Returns lat, modified in place, such that
@@ -80,7 +81,7 @@ def transplant_into_lat(ours, lat):
 
     Hint 1 (nudge): both modules have to_q, to_k, to_v and to_out of the same shapes. If the input to their
         to_out is ours times a constant c, how can to_out undo that constant? Does to_out's bias see it?
-    Hint 2 (plan): find c from section 2 (which head size does it use?); without recording gradients, copy
+    Hint 2 (plan): find c from Appendix A (which head size does it use?); without recording gradients, copy
         what needs no change as it is, and give one layer (to_out is one way) a weight that undoes c.
     Hint 3 (formula): a linear layer applied to c·h equals a layer with c times the weight applied to h, while a
         bias is added after the product and never sees c. Decide which one of their four layers to change (more
@@ -116,7 +117,7 @@ def block_flops(batch, n, dim, *, proj_len=None, ff_mult=4):
     """Task 5.5 (optional): FLOPs of one forward pass of a pre-norm Transformer block, counted from first principles.
 
     Section 3's test against an independent implementation, applied to a cost: your count against PyTorch's
-    FlopCounterMode, for the block Appendix B matches to LAT's layers; any batch, length, width and ff_mult.
+    FlopCounterMode, for the block Appendix A matches to LAT's layers; any batch, length, width and ff_mult.
     The block is minilin.model.Block: x + attn(LN(x)), then x + MLP(LN(x)) with MLP = Linear(dim, ff_mult·dim),
     GELU, Linear(ff_mult·dim, dim). attn: exact attention when proj_len is None, else Linformer projecting
     the n keys and values to proj_len positions (E @ K, F @ V; the paper calls proj_len k). Count as
@@ -143,9 +144,9 @@ def chunked_causal_linear_attention(q, k, v, chunk_size, mask=None):
     """Task 5.6 (optional, extend): causal elu+1 linear attention computed chunk by chunk, with a key
     padding mask.
 
-    Extends notebook 05, section 1 (the masked (N × N) form) and notebook 04, section 6 (prefix sums; the
-    chunked form in words); no cell writes it. Here you combine the two forms, as `minilin.linear` does, and
-    add padding.
+    Extends notebook 05, section 1 and Appendix A (the masked (N × N) form), and notebook 04, section 6 (prefix
+    sums; the chunked form in words); no cell writes it. Here you combine the two forms, as `minilin.linear` does,
+    and add padding.
     q, k: (B, H, N, D), v: (B, H, N, Dv), chunk_size: int >= 1, mask: (B, N) bool or None  ->  (B, H, N, Dv)
     φ(x) = elu(x) + 1 (torch.nn.functional.elu). Query i sees the real keys j <= i:
     out_i = Σ_j (φ(q_i)·φ(k_j)) v_j / Σ_j φ(q_i)·φ(k_j); a query that sees no real key outputs 0.
