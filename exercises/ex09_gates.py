@@ -95,9 +95,9 @@ def repeated_write_error(initial_state, k, v, beta, t):
     Hint 1 (nudge): write down what one write does to the error itself, not to the state.
     Hint 2 (plan): the error before any write is v − S_0ᵀ k, per (batch, head); each write multiplies it by one
         number that depends only on β and the key's squared length; apply that number t times at once.
-    Hint 3 (formula): write the error before any write, e_0, per batch row and head. Expand one write,
-        S ← S + β k eᵀ, and read the new state at k: the new error is the old one times a number built from β
-        and k's squared length. t writes multiply e_0 by that number t times; raise it to a power, no loop.
+    Hint 3 (formula): put one write, S ← S + β k eᵀ, into the error v − Sᵀ k and gather the terms that hold e:
+        what multiplies e does not change from write to write. Test it on the cases the notebook shows: a unit
+        key with β = 1 clears the error in one write, and β = 0 leaves it as it was.
     """
     raise NotImplementedError("Task 9.3")
 
