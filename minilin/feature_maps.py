@@ -36,7 +36,9 @@ class ELUPlusOne(FeatureMap):
     name = "elu_plus_one"
 
     def query(self, q):
-        return torch.nn.functional.elu(q) + 1
+        # exp(x) for x <= 0, not elu(x) + 1 = (exp(x) - 1) + 1: in float32 the latter is exactly 0 below x = -17.3,
+        # and a query whose features are all 0 divides 0 by 0. Equal in exact arithmetic; positive down to x = -103.
+        return torch.where(q > 0, q + 1, torch.exp(q.clamp(max=0)))
 
     key = query
 

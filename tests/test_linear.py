@@ -31,7 +31,23 @@ def test_elu_plus_one_equals_the_formula(causal, n, m, chunk):
     got = linear_attention(q, k, v, feature_map=elu_plus_one, mask=mask, causal=causal, chunk_size=chunk)
     want = linear_attention_reference(q, k, v, feature_map=elu_plus_one, mask=mask, causal=causal)
     torch.testing.assert_close(got, want, rtol=0, atol=TOL)
-    assert torch.equal(elu_plus_one.features(q, is_query=True), torch.nn.functional.elu(q) + 1)  # φ itself
+    torch.testing.assert_close(elu_plus_one.features(q, is_query=True), torch.nn.functional.elu(q) + 1,
+                               rtol=1e-15, atol=0)  # φ itself: elu(x) + 1, computed as exp(x) for x <= 0
+
+
+def test_elu_plus_one_stays_positive_in_float32():
+    # (exp(x) - 1) + 1 rounds to exactly 0 in float32 below x = -17.3; a query whose features are all 0 then
+    # divides 0 by 0. φ computed as exp(x) stays positive, and the output stays the softmax-free weighted mean.
+    x = torch.tensor([-20.0, -50.0, -80.0])
+    assert (torch.nn.functional.elu(x) + 1 == 0).all()  # the failure this guards against
+    assert (elu_plus_one.query(x) > 0).all()
+    q = torch.full((1, 1, 3, 4), -30.0)  # every query feature below the float32 cliff
+    k, v = torch.randn(1, 1, 3, 4), torch.randn(1, 1, 3, 5)
+    for causal in (False, True):
+        out = linear_attention(q, k, v, feature_map=elu_plus_one, causal=causal)
+        want = linear_attention_reference(q.double(), k.double(), v.double(), feature_map=elu_plus_one, causal=causal)
+        assert torch.isfinite(out).all()
+        torch.testing.assert_close(out.double(), want, rtol=0, atol=1e-5)
 
 
 @pytest.mark.parametrize("fmap", ["positive", "efficient"])
