@@ -171,6 +171,20 @@ def repeated_writes(error):
     for t in (2, 5):
         yield close(error(s2, k2, v2, beta2, t), write_loop(s2, k2, v2, beta2, t), atol=1e-10, rtol=1e-9,
                     what=f"the loop with keys that are not unit length (Dk = 6, Dv = 3), t = {t}")
+    yield closed_form(captured(error(s0, k, v, beta, 4), "matmul_shapes"),
+                      captured(error(s0, k, v, beta, 256), "matmul_shapes"), 4, 256)
+
+
+def closed_form(few, many, t_few, t_many):
+    """A step: the number of torch operators does not grow with t (a formula), as a loop over the writes would."""
+    def judge(a, b):
+        counts = [got.get("ops") if isinstance(got, dict) else None for got in (a, b)]
+        expect(all(isinstance(c, int) for c in counts), few, f"returned {kind(a)}; expected the function's output")
+        expect(counts[1] <= counts[0] + 4, many,
+               f"ran {counts[1]} torch operators for t = {t_many} writes and {counts[0]} for t = {t_few}: the work "
+               f"grows with t, as a loop over the writes does. Find what one write does to the error and apply it "
+               f"t times in one operation")
+    return check(few, many, judge=judge)
 
 
 # --- 9.4 ---------------------------------------------------------------------------------------------------------

@@ -87,6 +87,10 @@ MUTANTS = {
     "9.3 unit key": (
         "    shrink = 1 - beta * (k * k).sum(-1)",
         "    shrink = 1 - beta + 0 * k.sum(-1)"),
+    # 9.3: right values, by writing t times (the loop the task asks to replace)
+    "9.3 write loop": (
+        "    return shrink[..., None] ** t * start",
+        "    for _ in range(t):\n        start = shrink[..., None] * start\n    return start"),
     # 9.4: equal memory taken for "more" (off by one when the ratio is a whole number)
     "9.4 ceil": (
         "    return state // per_token + 1",
@@ -148,5 +152,9 @@ def test_the_mutants_are_right_somewhere():
     for got, expected in zip(load("9.2 scalar decay")["chunked_gla"](q, k, v, head_gate, 4),
                              solved["chunked_gla"](q, k, v, head_gate, 4)):
         assert torch.allclose(got, expected, atol=1e-12)
+    s0, kk, vv = torch.randn(2, 2, 4, 3, generator=g), torch.randn(2, 2, 4, generator=g), torch.randn(2, 2, 3, generator=g)
+    bb = torch.rand(2, 2, generator=g)
+    assert torch.allclose(load("9.3 write loop")["repeated_write_error"](s0, kk, vv, bb, 5),
+                          solved["repeated_write_error"](s0, kk, vv, bb, 5), atol=1e-6)
     assert load("9.4 ceil")["memory_crossover"](16, 4, 8, 96, 64, 80, 2, 4) == 54
     assert load("9.4 states everywhere")["memory_crossover"](10, 0, 4, 32, 48, 40, 4, 4) == 31
