@@ -390,3 +390,55 @@ def plot_lines(df, metrics, *, methods=None, title=None, notes=(), height=3.2):
     fig.suptitle(title or describe(df), fontsize=10)
     fig.tight_layout()
     return fig
+
+
+def plot_timing_rounds(samples, noncausal, causal, *, rounds, suptitle):
+    """Notebook 06's timing figure from `minilin.bench.interleaved_rounds` samples; returns the Figure.
+
+    samples: {(method, n): seconds per call, one value per round}; noncausal, causal: method names, the first of
+    `causal` the baseline of the third panel. Panels: forward time per call of the non-causal and of the causal
+    methods (median of the rounds, band: 25th-75th percentile), then each other causal method's paired ratio,
+    baseline time / method time in the same round (median, bar: 25th-75th percentile; above 1: faster).
+    """
+    import matplotlib.ticker
+    import numpy as np
+
+    def spread(values):  # (25th percentile, median, 75th) of per-round values
+        return tuple(float(x) for x in np.percentile(values, [25, 50, 75]))
+
+    plain = matplotlib.ticker.FuncFormatter(lambda x, _: f"{x:g}")
+    fig, axes = plt.subplots(1, 3, figsize=(14, 4.3))
+    for ax, names, kind in ((axes[0], noncausal, "non-causal"), (axes[1], causal, "causal")):
+        styles = line_styles(names)  # the colours and markers of the model's figures
+        for name in names:
+            ns = sorted(n for (method, n) in samples if method == name)
+            lo, med, hi = (np.array(x) for x in zip(*(spread(samples[name, n]) for n in ns)))
+            ax.plot(ns, med * 1e3, label=name, linewidth=2.2, markersize=7, **styles[name])
+            ax.fill_between(ns, lo * 1e3, hi * 1e3, color=styles[name]["color"], alpha=0.25, lw=0)
+        ax.set(xscale="log", yscale="log", xlabel="sequence length n", ylabel="forward time per call (ms)",
+               title=f"{kind}: median of {rounds} rounds, band: 25th-75th pct")
+        ax.set_xscale("log", base=2)
+        ax.xaxis.set_major_formatter(plain)
+        ax.legend(fontsize=8, loc="upper left")
+        ax.yaxis.set_major_formatter(plain)
+        ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())  # plain numbers only, no 3x10^0 beside 4
+    ax, lowest, base = axes[2], 1.0, causal[0]
+    lengths = sorted(n for (method, n) in samples if method == base)
+    for name in causal[1:]:
+        lo, med, hi = np.array([spread(np.asarray(samples[base, n]) / np.asarray(samples[name, n]))
+                                for n in lengths]).T
+        lowest = min(lowest, lo.min())
+        ax.errorbar(lengths, med, yerr=[med - lo, hi - med], label=name, capsize=3, linewidth=2, **styles[name])
+    ax.axhline(1, color="0.3", linestyle="--", linewidth=1)
+    ax.set(xscale="log", yscale="log", xlabel="sequence length n", ylabel=f"{base} time / method time",
+           title=f"paired ratio (median, bar: 25th-75th pct);\nabove 1: faster than {base}")
+    ax.set_xscale("log", base=2)
+    ax.set_ylim(bottom=2 ** np.floor(np.log2(lowest)))  # a power of 2 below the lowest ratio
+    ax.xaxis.set_major_formatter(plain)
+    ax.yaxis.set_major_locator(matplotlib.ticker.LogLocator(base=2))
+    ax.yaxis.set_major_formatter(plain)
+    ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+    ax.legend(fontsize=8, loc="upper left")
+    fig.suptitle(suptitle, fontsize=10)
+    fig.tight_layout()
+    return fig

@@ -169,3 +169,18 @@ def test_plot_lines(tmp_path):
     with pytest.raises(ValueError, match="none of the requested metrics"):
         plots.plot_lines(df, ["nothing"])
     matplotlib.pyplot.close("all")
+
+
+def test_plot_timing_rounds_draws_medians_and_paired_ratios():
+    # two rounds: exact 1 and 3 ms at every n; causal baseline 2 ms; performer-causal 1 then 4 ms (ratios 2 and 0.5)
+    samples = {("exact", n): [1e-3, 3e-3] for n in (256, 512)}
+    samples |= {("sdpa-causal", n): [2e-3, 2e-3] for n in (512, 1024)}
+    samples |= {("performer-causal", n): [1e-3, 4e-3] for n in (512, 1024)}
+    fig = plots.plot_timing_rounds(samples, ("exact",), ("sdpa-causal", "performer-causal"), rounds=2,
+                                   suptitle="test")
+    first, _, ratio = fig.axes[:3]
+    assert list(first.lines[0].get_xdata()) == [256, 512]
+    assert list(first.lines[0].get_ydata()) == pytest.approx([2.0, 2.0])      # median of 1 and 3 ms
+    assert list(ratio.lines[0].get_ydata()) == pytest.approx([1.25, 1.25])    # median of 2 and 0.5
+    assert ratio.get_ylabel() == "sdpa-causal time / method time" and fig._suptitle.get_text() == "test"
+    matplotlib.pyplot.close("all")
