@@ -4,6 +4,7 @@
    a run on the real tokens alone. performer-pytorch's mask= (values only) fails; minilin's layers pass.
 2. LAT's global heads are efficient attention times D^-1/2; the package against the loops.
 3. causality by changing the future: minilin leaves the past alone, performer-pytorch's detached max does not.
+   With both of its constants at 0 it cancels in float64, yet in float32 a large future makes the past NaN.
 """
 import contextlib
 import io
@@ -88,3 +89,18 @@ def test_changing_the_future_moves_performer_pytorchs_past_and_not_minilins():
     assert future_leakage(lambda t: their_causal(t, t, t), x, seq_dim=2,
                           generator=torch.Generator().manual_seed(2)) == 0.0
     assert past_change(lambda t: their_causal(t, t, t), x) > 1e-3
+
+
+def test_with_both_constants_at_0_a_large_future_still_makes_performer_pytorchs_past_nan_in_float32():
+    # the stabiliser c is a max over all positions: a future 30x larger rounds every past e^(a - c) to 0 (0/0)
+    Wf = orthogonal_gaussian(32, 8, generator=torch.Generator().manual_seed(90), dtype=f64).float()
+    with contextlib.redirect_stdout(io.StringIO()):
+        theirs = peers.PerformerPytorchFAVOR(Wf, causal=True, feature_eps=0.0, denominator_eps=0.0)
+    x = randn(1, 2, 12, 8, seed=306).float()
+    x_big = x.clone()
+    x_big[:, :, 6:] = randn(1, 2, 6, 8, seed=97).float() * 30
+    with torch.no_grad():
+        assert not theirs(x, x, x).isnan().any()
+        assert theirs(x_big, x_big, x_big)[:, :, :6].isnan().all()
+        ours = [favor_attention(t, t, t, Wf, causal=True)[:, :, :6] for t in (x, x_big)]
+    assert torch.equal(ours[0], ours[1])
