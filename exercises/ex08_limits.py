@@ -29,9 +29,9 @@ def linformer_effective_map(q, k, E, F, mask=None):
 
     Hint 1 (nudge): the softmax is taken over the k projected slots, not over the M positions; the projection F
         then spreads each slot's weight back over the positions.
-    Hint 2 (plan): cut E and F to M columns; zero the padded keys; project the keys; scores over the slots, scaled
-        by 1/√D; softmax over the last axis gives (B, H, N, k); a last product with F, whose columns at padded
-        positions are zeroed (per batch row), gives (B, H, N, M).
+    Hint 2 (plan): follow the shapes: first find the (B, H, N, k) weights over the slots, then what turns k into
+        M. Settle the edge cases one at a time: which columns of E and F a shorter sequence uses, what a padded
+        position may give to a slot and receive back, and how a head axis on E and F changes the products.
     Hint 3 (formula): a query's weights over the k slots are the softmax of its scaled scores against the
         projected keys; each slot then hands its weight to the positions through its row of F; a padded position
         adds nothing to any slot's key and receives no weight.
@@ -96,10 +96,9 @@ def copy_sharpness(v, positions, tol):
     Hint 2 (plan): write row j's output as the value at positions[j] plus the weight on one other slot times a
         sum of differences of chosen values; take the largest error over batch, head, row and feature; the error
         only falls as s grows, so solve for s, or bisect on it.
-    Hint 3 (formula): each other slot gets weight one over (e to the s, plus slots minus one); row j's error is
-        that weight times the sum of the chosen values minus slots times row j's own value. With C the largest
-        such entry in absolute value, s is the logarithm of (C / tol minus slots plus one), or 0 when C / tol is
-        at most slots.
+    Hint 3 (formula): each other slot gets weight one over (e to the s, plus slots minus one), and the weights of
+        a row sum to one. Write row j's error with that weight and the chosen values, set the largest error equal
+        to tol and solve for s yourself; then check the case where s = 0 already meets tol.
     """
     raise NotImplementedError("Task 8.3")
 

@@ -175,3 +175,18 @@ def test_the_committed_copy_grids_best_points_are_interior_and_the_sweep_task_is
     for span in limits.SWEEP["spans"]:
         acc = grid.seeds_at("exact, 2 layers", limits.copy_task(span).name, lr=limits.SWEEP["lr"])[0]
         assert min(acc.values()) >= 0.95, (span, acc)
+
+
+def test_committed_long_copy_runs_cover_every_k_and_seed_and_say_how_they_were_made():
+    """limits_copy_long.csv (notebook 08, section 4): k = 16, 32, 64 from the selection start, 3 seeds, to the
+    steps its header states, and the k = 64 model's per-head rank cuts."""
+    path = ROOT / "results" / "reference" / "limits_copy_long.csv"
+    text = path.read_text()
+    assert "command: python tests/limits_copy_long.py" in text and "machine:" in text and "'steps': 1200" in text
+    g = limits.read_grid("limits_copy_long.csv")
+    last = g[(g.measure == "val_acc") & (g.step == 1200)]
+    assert {(m, s) for m, s in zip(last.model, last.seed)} == {
+        (f"Linformer k={k}, selection init", s) for k in (16, 32, 64) for s in (0, 1, 2)}
+    cuts = g[g.measure == "rank_cut"]
+    assert set(cuts.model) == {"Linformer k=64, selection init"} and sorted(set(cuts.r)) == [16, 32, 63]
+    assert len(cuts) == 9

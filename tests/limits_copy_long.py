@@ -1,0 +1,66 @@
+"""Train notebook 08's section-4 Linformers longer; write results/reference/limits_copy_long.csv.
+
+    python tests/limits_copy_long.py                         # k = 16, 32, 64, selection start, lr 3e-3, 1200 steps
+    python tests/limits_copy_long.py --steps 1200 --seeds 0 1 2 --ks 16 32 64
+
+Section 4 trains Linformers from the selection start at k = 16, 32, 64 for 400 steps (limits_copy_fixes.csv) and
+sets them beside the trained k = 64 model with its map cut per head to rank r. At 400 steps the k = 16 and 32 curves
+are still rising, so this script trains the same runs (`minilin.limits.run`, the same contenders, lr and seeds,
+only `steps` changed) for longer, and cuts the longer k = 64 model's map per head to rank r too.
+Same columns as tests/limits_runs.py; the file opens with `# key: value` lines: command, machine, date, sizes, and
+each run's wall time is in `train_s`. Read with pandas.read_csv(comment="#").
+"""
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
+
+import torch  # noqa: E402
+
+from limits_runs import append, write_header  # noqa: E402
+from minilin import limits  # noqa: E402
+from minilin.train.compare import machine_line  # noqa: E402
+
+RANKS = (16, 32, 63)       # per-head rank cuts of the longer k = 64 model
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--steps", type=int, default=1200)
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--ks", type=int, nargs="+", default=[16, 32, 64])
+    p.add_argument("--out", type=Path, default=ROOT / "results" / "reference" / "limits_copy_long.csv")
+    args = p.parse_args(argv)
+    torch.set_num_threads(1)
+    task, lr = limits.copy_task(), limits.SWEEP["lr"]
+    sizes = {**limits.COPY, "steps": args.steps, "eval_every": 100}
+    by_name = {c.name: c for c in (*limits.copy_contenders(ks=(), selection_ks=(32, 64)), *limits.sweep_contenders())}
+    todo = [(by_name[f"Linformer k={k}, selection init"], seed) for seed in args.seeds for k in args.ks]
+    write_header(args.out, [f"command: python tests/limits_copy_long.py {' '.join(shlex.quote(a) for a in argv)}",
+                            f"machine: {machine_line()}", f"date: {time.strftime('%Y-%m-%d %H:%M:%S %z')}",
+                            f"sizes: {sizes}; model {limits.MODEL}; lr {lr}; seeds {tuple(args.seeds)}; "
+                            f"ks {tuple(args.ks)}; runs {len(todo)}"])
+    for c, seed in todo:
+        t0 = time.perf_counter()
+        h = limits.run(c, task, sizes, lr=lr, seed=seed)
+        rows = limits.curve_rows(h, c, task.name, lr=lr, ef_lr_scale=1.0, seed=seed)
+        for row in rows:
+            row["measure"] = "val_acc"
+        if c.proj_len >= task.span_len:
+            attn, last = h.model.blocks[0].attn, dict(rows[-1])
+            rows += [{**last, "measure": "rank_cut", "r": r, "val_acc": round(limits.score(h.model, task,
+                      mix=limits.rank_cut(r, attn)), 4)} for r in RANKS]
+        append(args.out, rows)
+        print(f"{c.name:34s} seed {seed}: acc {h.val_acc[-1]:.3f} ({time.perf_counter() - t0:.0f} s)", flush=True)
+
+
+if __name__ == "__main__":
+    main()
