@@ -93,8 +93,8 @@ def repeated_write_error(initial_state, k, v, beta, t):
     write).
 
     Hint 1 (nudge): write down what one write does to the error itself, not to the state.
-    Hint 2 (plan): the error before any write is v − S_0ᵀ k, per (batch, head); each write multiplies it by one
-        number that depends only on β and the key's squared length; apply that number t times at once.
+    Hint 2 (plan): the error before any write is v − S_0ᵀ k, per (batch, head). Express the error after one
+        write through the error before it, then after a second write; see what repeats, and write t writes at once.
     Hint 3 (formula): put one write, S ← S + β k eᵀ, into the error v − Sᵀ k and gather the terms that hold e:
         what multiplies e does not change from write to write. Test it on the cases the notebook shows: a unit
         key with β = 1 clears the error in one write, and β = 0 leaves it as it was.
