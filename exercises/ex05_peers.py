@@ -1,7 +1,8 @@
 """Exercises for notebook 05, whose idea is to know what a peer library really computes and to test that two
 implementations agree: write what LAT computes (5.1, 5.2), move weights between a library and ours (5.3, 5.4),
-check a count against an independent counter (5.5), extend section 1's linear attention (5.6, 5.7: extend) and
-measure how sharply elu+1 and softmax focus (5.8: predict, then measure). Tasks 5.4-5.7 are optional.
+check a count against an independent counter (5.5), extend section 1's linear attention (5.6, 5.7: extend), predict
+where LAT's causal clamp starts to act and measure it on LAT (5.8: predict, then measure), and measure how sharply
+elu+1 and softmax focus (5.9). Tasks 5.4-5.7 and 5.9 are optional.
 
 Implement each function, then grade yourself:  python -m minilin grade --chapter 5
 Shapes follow the course convention: q (B, H, N, D), k (B, H, M, D), v (B, H, M, Dv);
@@ -194,8 +195,40 @@ def decayed_linear_attention(q, k, v, gamma):
     raise NotImplementedError("Task 5.7")
 
 
+def clamp_onset(q, k, bucket_size=1):
+    """Task 5.8 (predict, then measure): below which shift of the keys does LAT's clamp change its causal output?
+
+    Pitfall 2 shifted every key by −12 and saw LAT's causal_linear_attn shrink its outputs; here you predict, for
+    any inputs, the shift at which that starts. Task 5.2 wrote the idealised kernel, which a common shift s of
+    every key (k + s) leaves unchanged. LAT's causal_linear_attn(q, k + s, v, bucket_size=bucket_size) computes
+    the same ratio but divides by max(denominator, 1e-3); read its source: which denominator does it clamp, and
+    is it the one you wrote in Task 5.2?
+    q, k: (B, H, N, D) float64, bucket_size: 1, or B > 1 dividing N with N >= 2·B (Task 5.2's buckets)
+    ->  a Python float s*: for every s > s* LAT's output equals the idealised kernel's, for every s < s* some
+    output departs from it. s* depends on the inputs; it may be positive (the clamp already acts at s = 0).
+    Predict first, and write it down: which query meets the clamp first, and how does s* move when D grows
+    from 4 to 64 with the denominators held fixed? Then measure: outside this file (a notebook cell of your own),
+    run LAT at s* + 0.01 and s* − 0.01 and at a few shifts between, and find the onset by bisection; your
+    prediction should agree to 1e-6.
+    The checks measure the onset on LAT itself for four inputs: D = 4 to 64, bucket sizes 1, 2 and 4, a case
+    whose smallest denominator is not at the first position, and keys low enough that the clamp already acts.
+
+    Hint 1 (nudge): a shift s multiplies every e^{k_j}, and so every query's numerator and denominator, by the
+        same factor. The ratio does not see it; what does the clamp see? Look for a factor LAT applies to the
+        queries that cancels in the ratio but not in the comparison with 1e-3.
+    Hint 2 (plan): form each query's denominator as in Task 5.2, without LAT's factor: (B, H, N) prefix sums of
+        exp(k) contracted with softmax(q) over D, keeping only the queries that see a key; take the smallest over
+        batch, heads and positions; write the clamp's condition for that query at shift s, with LAT's factor,
+        and solve it for s with a logarithm.
+    Hint 3 (formula): LAT compares its own denominator, which is yours times the factor it put on the queries,
+        with 1e-3. A shift s multiplies yours by e to the s. The output first departs where the smallest of those
+        products, times e to the s, equals 1e-3; take logarithms and solve for s.
+    """
+    raise NotImplementedError("Task 5.8")
+
+
 def focus_scale(n, target, kernel="elu+1"):
-    """Task 5.8 (predict, then measure): how large must queries and keys be before a kernel puts a given share of
+    """Task 5.9 (optional): how large must queries and keys be before a kernel puts a given share of
     each query's weight on its own key?
 
     Section 1's elu+1 map (the peers' linear attention) against softmax, on inputs the notebook does not measure;
@@ -218,4 +251,4 @@ def focus_scale(n, target, kernel="elu+1"):
         unnormalised weights in closed form for each kernel (count how many entries of q_i and k_j are +a or −a
         together); the own-key weight is own / (own + (n − 1)·other). softmax's then solves for a directly.
     """
-    raise NotImplementedError("Task 5.8")
+    raise NotImplementedError("Task 5.9")

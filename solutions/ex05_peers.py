@@ -1,5 +1,6 @@
 """Solutions for notebook 05 (exercises/ex05_peers.py): efficient attention, weight transplants, FLOPs,
-chunked causal linear attention, decayed linear attention, how sharply elu+1 and softmax focus."""
+chunked causal linear attention, decayed linear attention, where LAT's causal clamp starts to act, how sharply elu+1
+and softmax focus."""
 import math
 
 import torch
@@ -97,8 +98,20 @@ def decayed_linear_attention(q, k, v, gamma):
     return torch.stack(rows, dim=2)
 
 
+def clamp_onset(q, k, bucket_size=1):
+    """Task 5.8: LAT clamps D^-1/2 φ_q(q_i)·z_i at 1e-3, and a shift s multiplies z_i by e^s: the onset is the s
+    at which the smallest visible denominator, times e^s, reaches 1e-3 √D."""
+    n, d = q.shape[-2:]
+    prefix = torch.exp(k).cumsum(dim=2)  # (B, H, N, D): z_j = Σ_{l <= j} e^{k_l}
+    i = torch.arange(n)
+    last = i if bucket_size == 1 else (i // bucket_size) * bucket_size - 1  # last visible key (-1: none)
+    seen = last >= 0
+    den = torch.einsum("bhnd,bhnd->bhn", torch.softmax(q, dim=-1)[:, :, seen], prefix[:, :, last[seen]])
+    return math.log(1e-3 * math.sqrt(d)) - math.log(den.min().item())
+
+
 def focus_scale(n, target, kernel="elu+1"):
-    """Task 5.8: the a at which query i's weight on key i reaches target, keys a·(2e_j − 1), queries = keys."""
+    """Task 5.9: the a at which query i's weight on key i reaches target, keys a·(2e_j − 1), queries = keys."""
     def own_weight(a):  # by symmetry: own / (own + (n − 1)·other), each unnormalised weight in closed form
         if kernel == "softmax":  # q_i·k_j = a²(n − 4 + 4δ_ij); only the gap 4a²/√n matters
             return 1.0 / (1.0 + (n - 1) * math.exp(-4 * a * a / math.sqrt(n)))

@@ -1,5 +1,6 @@
-"""Checks for exercises/ex05_peers.py (Tasks 5.1-5.8), against minilin.efficient, minilin.linear, minilin.model,
-the peers, and loops written here (5.7, 5.8)."""
+"""Checks for exercises/ex05_peers.py (Tasks 5.1-5.9), against minilin.efficient, minilin.linear, minilin.model,
+the peers (5.8: linear-attention-transformer's clamp, measured by bisection on its output), and loops written here
+(5.7, 5.9)."""
 import copy
 import importlib
 import warnings
@@ -226,6 +227,53 @@ def decayed_linear_attention(f):
     yield no_quadratic_product(captured(f(q3, k3, v3, gamma2), "matmul_shapes"), 20, 20, (2, 2, 20, 3))
 
 
+def lat_clamp_onset(q, k, bucket_size):
+    """The shift s below which LAT's causal_linear_attn(q, k + s, 1) leaves the idealised kernel, measured.
+
+    With values all 1 the idealised output is exactly 1 for a query that sees a key (0 for one that sees none), so
+    any departure is LAT's clamp. Bisection on s (the departure grows as s falls) to 1e-12; the onset it finds lies
+    within 1e-9 of the exact one (a departure is counted from 1e-9 on)."""
+    lat = peer("linear_attention_transformer.linear_attention_transformer")
+    n = q.shape[2]
+    position = torch.arange(n)
+    sees = (position if bucket_size == 1 else (position // bucket_size) * bucket_size - 1) >= 0
+    ideal = sees.to(q.dtype)[:, None]  # (N, 1)
+
+    def departs(s):
+        with torch.no_grad():
+            out = lat.causal_linear_attn(q, k + s, torch.ones_like(q), bucket_size=bucket_size)
+        return bool(((out - ideal).abs() > 1e-9).any())
+
+    hi, step = 0.0, 1.0
+    while departs(hi):
+        hi, step = hi + step, 2 * step
+    lo, step = hi - 1.0, 1.0
+    while not departs(lo):
+        lo, step = lo - step, 2 * step
+    while hi - lo > 1e-12:
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if departs(mid) else (lo, mid)
+    return hi
+
+
+@CHAPTER.task("5.8", "clamp_onset")
+def clamp_onset(f):
+    """predict, then measure: the key shift below which LAT's causal clamp changes its output"""
+    # (B, H, N, D, bucket_size, query scale, key offset, seed); the onset is measured on LAT itself (float64)
+    cases = ((2, 3, 8, 4, 1, 1.0, 0.0, 60), (2, 2, 12, 16, 1, 2.0, -4.0, 62), (2, 2, 12, 8, 4, 1.0, 0.0, 64),
+             (1, 2, 16, 64, 2, 0.5, -9.0, 66))
+    for B, H, N, D, bucket, q_scale, offset, seed in cases:
+        q, k = rand(B, H, N, D, seed=seed, scale=q_scale), rand(B, H, N, D, seed=seed + 1) + offset
+        what = f"the onset measured on LAT's causal_linear_attn (D = {D}, N = {N}, bucket_size = {bucket}"
+        if D == 16:  # query 0 and key 0 share a large feature: the smallest denominator is at a later position
+            q[..., 0, 0] += 6.0
+            k[..., 0, 0] += 6.0
+            what += "; query 0 and key 0 share a large feature"
+        elif offset < 0:
+            what += "; keys low: the clamp already acts at s = 0"
+        yield close(f(q, k, bucket_size=bucket), lat_clamp_onset(q, k, bucket), atol=1e-6, what=what + ")")
+
+
 def own_key_weight(n, a, kernel):
     """Query i's weight on key i for keys a·(2e_j − 1) and queries = keys, read off the plain (n, n) weights."""
     keys = a * (2 * torch.eye(n, dtype=torch.float64) - 1)
@@ -249,7 +297,7 @@ def focus_scale_reference(n, target, kernel):
     return (lo + hi) / 2
 
 
-@CHAPTER.task("5.8", "focus_scale")
+@CHAPTER.task("5.9", "focus_scale")
 def focus_scale(f):
     """the scale at which elu+1 and softmax put a given weight on a query's own key"""
     for i, n in enumerate((8, 32, 128, 512)):

@@ -12,7 +12,7 @@ from minilin.grading.checks import CannotGrade
 from minilin.grading.course import CHAPTERS, TASKS
 from minilin.grading.runner import run_in_process
 
-PEERS = {"5.3", "5.4"}  # compare against linear-attention-transformer / linformer
+PEERS = {"5.3", "5.4", "5.8"}  # compare against linear-attention-transformer / linformer
 
 
 def marks(task):

@@ -27,6 +27,16 @@ def save_checkpoint(obj, path):  # right: a temporary file, then os.replace
         raise
 """
 ELU = "import torch\nphi = lambda x: torch.nn.functional.elu(x) + 1\n"
+CLAMP = """import math
+import torch
+def clamp_onset(q, k, bucket_size=1):  # the smallest prefix denominator over the queries in `rows`
+    n, d = q.shape[-2:]
+    i = torch.arange(n)
+    last = i if bucket_size == 1 else (i // bucket_size) * bucket_size - 1
+    last = last[last >= 0]
+    den = (torch.softmax(q, -1)[:, :, -len(last):] * torch.exp(k).cumsum(2)[:, :, last])[:, :, {rows}].sum(-1)
+    return math.log(1e-3 * {factor}) - math.log(den.min().item())
+"""
 
 MUTANTS = {
     # id: (task, function name, code)
@@ -110,7 +120,10 @@ def decayed_linear_attention(q, k, v, gamma):  # right values, through the (N, N
     decay = gamma[:, None, None] ** (i[:, None] - i[None, :]).clamp(min=0) * (i[:, None] >= i[None, :])
     return (q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5 * decay) @ v
 """),
-    "5.8-no-scale": ("5.8", "focus_scale", """import math
+    "5.8-no-root": ("5.8", "clamp_onset", CLAMP.format(factor="1.0", rows=":")),  # LAT's D^-1/2 forgotten
+    "5.8-scale-inverted": ("5.8", "clamp_onset", CLAMP.format(factor="d ** -0.5", rows=":")),  # D^-1/2 on 1e-3
+    "5.8-first-position": ("5.8", "clamp_onset", CLAMP.format(factor="d ** 0.5", rows=":1")),  # query 0 only
+    "5.9-no-scale": ("5.9", "focus_scale", """import math
 def focus_scale(n, target, kernel="elu+1"):  # softmax without the 1/√D: right for elu+1 only
     def own(a):
         if kernel == "softmax":
@@ -124,7 +137,7 @@ def focus_scale(n, target, kernel="elu+1"):  # softmax without the 1/√D: right
         lo, hi = (mid, hi) if own(mid) < target else (lo, mid)
     return lo
 """),
-    "5.8-coarse-grid": ("5.8", "focus_scale", """import torch
+    "5.9-coarse-grid": ("5.9", "focus_scale", """import torch
 def focus_scale(n, target, kernel="elu+1"):  # the first a on a grid of step 0.05 that reaches target
     a = 0.0
     while True:
@@ -247,9 +260,25 @@ def test_the_mutants_are_right_somewhere():
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(2, 2, 5, 4, generator=g, dtype=torch.float64) for _ in range(3))
     assert torch.allclose(ns["efficient_attention"](q, k, v), efficient_attention(q, k, v), atol=1e-12)
-    exec(MUTANTS["5.8-no-scale"][2], ns)  # right for elu+1, wrong for softmax only
+    exec(MUTANTS["5.9-no-scale"][2], ns)  # right for elu+1, wrong for softmax only
     from minilin.grading.ex05_peers import focus_scale_reference
     assert abs(ns["focus_scale"](16, 0.8) - focus_scale_reference(16, 0.8, "elu+1")) < 1e-9
+
+
+def test_the_clamp_mutants_are_right_somewhere():
+    """Task 5.8's mutants each match LAT's measured onset on some input: the factor ones at D = 1 (where √D = 1),
+    the first-position one where every query is the same (the prefix sums grow, so query 0 has the smallest)."""
+    pytest.importorskip("linear_attention_transformer")
+    from minilin.grading.ex05_peers import lat_clamp_onset
+    g = torch.Generator().manual_seed(0)
+    q1, k1 = (torch.randn(2, 2, 6, 1, generator=g, dtype=torch.float64) for _ in range(2))
+    q4, k4 = torch.randn(2, 2, 1, 4, generator=g, dtype=torch.float64).expand(2, 2, 6, 4), \
+        torch.randn(2, 2, 6, 4, generator=g, dtype=torch.float64)
+    for mutant, (q, k) in (("5.8-no-root", (q1, k1)), ("5.8-scale-inverted", (q1, k1)),
+                           ("5.8-first-position", (q4, k4))):
+        ns = {}
+        exec(MUTANTS[mutant][2], ns)
+        assert abs(ns["clamp_onset"](q, k) - lat_clamp_onset(q, k, 1)) < 1e-6, mutant
 
 
 def test_the_package_adapter_computes_the_answer_and_is_refused_for_it(tmp_path):
