@@ -234,8 +234,9 @@ def predicted_crossover(heads, head_dim, features):
     Hint 2 (plan): the state's size for one head (a features x head_dim matrix and two vectors of length features),
         the cache's size after t tokens for one head (keys and values); the heads and the layers multiply both sides
         alike; solve for the first t where the cache is larger.
-    Hint 3 (formula): per head, count the numbers of S, of z and of the log-scale (none depends on t);
-        the cache holds a key and a value of head_dim numbers per token and head. Ask when the cache holds more than
-        the state, and find the smallest whole number of tokens for which it does.
+    Hint 3 (formula): write the state's count as an expression in features and head_dim only, the cache's as one
+        that grows in proportion to t, and set the cache strictly greater than the state. Solving gives a bound on t
+        that can itself be a whole number: the answer is the first whole t strictly past it (try a case where the two
+        counts tie). Check your expression on section 7's sizes against the table that notebook prints.
     """
     raise NotImplementedError("Task 7.9")
