@@ -410,10 +410,11 @@ def plot_timing_rounds(samples, noncausal, causal, *, rounds, suptitle):
     fig, axes = plt.subplots(1, 3, figsize=(14, 4.3))
     for ax, names, kind in ((axes[0], noncausal, "non-causal"), (axes[1], causal, "causal")):
         styles = line_styles(names)  # the colours and markers of the model's figures
-        for name in names:
+        for i, name in enumerate(names):  # a line style each and shrinking markers: near-equal times stay visible
             ns = sorted(n for (method, n) in samples if method == name)
             lo, med, hi = (np.array(x) for x in zip(*(spread(samples[name, n]) for n in ns)))
-            ax.plot(ns, med * 1e3, label=name, linewidth=2.2, markersize=7, **styles[name])
+            ax.plot(ns, med * 1e3, label=name, linewidth=2.2, linestyle=("-", "--", "-.", ":")[i % 4],
+                    markersize=max(10.0 - 1.2 * i, 4.0), **styles[name])
             ax.fill_between(ns, lo * 1e3, hi * 1e3, color=styles[name]["color"], alpha=0.25, lw=0)
         ax.set(xscale="log", yscale="log", xlabel="sequence length n", ylabel="forward time per call (ms)",
                title=f"{kind}: median of {rounds} rounds, band: 25th-75th pct")
