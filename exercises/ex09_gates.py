@@ -14,7 +14,7 @@ import torch
 
 
 def chunked_gated_delta(q, k, v, beta, log_alpha, chunk_size, initial_state=None):
-    """Task 9.1: the gated delta rule (Gated DeltaNet, arXiv 2412.06464, eq. 10) in chunks.
+    """Task 9.1 (optional, a challenge): the gated delta rule (Gated DeltaNet, arXiv 2412.06464, eq. 10) in chunks.
 
     q, k: (B, H, N, Dk), v: (B, H, N, Dv), beta: (B, H, N), log_alpha: (B, H, N) <= 0, chunk_size: a positive int
     (it need not divide N, and may exceed it), initial_state: (B, H, Dk, Dv) or None (zeros)
