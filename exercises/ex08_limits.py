@@ -15,26 +15,29 @@ from minilin.attention import softmax_attention  # allowed here (Task 8.3 may bu
 
 
 def linformer_effective_map(q, k, E, F, mask=None):
-    """Task 8.1: Linformer's attention over the input positions: the (B, H, N, M) map A F.
+    """Task 8.1: the (B, H, N, M) map a Linformer layer applies to its M values, padding included.
 
     q: (B, H, N, D), k: (B, H, M, D), E, F: (k, seq_len) or (H, k, seq_len) with seq_len >= M, mask: (B, M) bool
     (True = real token) or None  ->  (B, H, N, M)
-    Linformer's output softmax(q (E k)ᵀ / √D) (F v) equals (A F) v with A = softmax(q (E k)ᵀ / √D), so A F is
-    the map each query applies to the M values; its rank is at most k. Use only the first M columns of E and F.
-    With a mask, Linformer zeroes padded keys and values before projecting them (notebook 03's appendix on short
-    sequences and padding): a padded key joins no slot, and the map's column of a padded position is 0 (its value
-    joins no slot).
-    Extends notebook 08, section 3 (the map A F whose rank is at most k) to per-head projections, sequences
-    shorter than seq_len and padding.
+    Return, for every batch and head, the matrix P with P @ v equal to minilin.linformer.linformer_attention(q, k, v,
+    E, F, mask=mask) for any values v: the weights each query puts on the M input positions; its rank is at most k.
+    The layer's rules: a sequence of M positions uses the first M columns of E and F; a padded position gives
+    nothing to any slot (neither its key nor its value) and so receives nothing; a slot that a short sequence or
+    padding leaves with no real position in its E and F rows (as pooling or selection rows can) holds no token and
+    gets no weight; a query with no slot left gets zeros, never NaN.
+    Extends notebook 08, section 3 (the map whose rank is at most k) to per-head projections, sequences shorter
+    than seq_len, padding and empty slots.
 
-    Hint 1 (nudge): the softmax is taken over the k projected slots, not over the M positions; the projection F
-        then spreads each slot's weight back over the positions.
-    Hint 2 (plan): follow the shapes: first find the (B, H, N, k) weights over the slots, then what turns k into
-        M. Settle the edge cases one at a time: which columns of E and F a shorter sequence uses, what a padded
-        position may give to a slot and receive back, and how a head axis on E and F changes the products.
-    Hint 3 (formula): a query's weights over the k slots are the softmax of its scaled scores against the
-        projected keys; each slot then hands its weight to the positions through its row of F; a padded position
-        adds nothing to any slot's key and receives no weight.
+    Hint 1 (nudge): the layer's output is linear in v, so the map is what multiplies v. Over what does the layer's
+        softmax run, the M positions or the k slots, and what carries a slot's weight back to the positions?
+    Hint 2 (plan): follow the shapes: first the (B, H, N, k) weights over the slots, then what turns k into M.
+        Settle the edge cases one at a time: which columns a shorter sequence uses; what a padded position may give
+        a slot and receive back; which slots of each (batch, head) hold a real position, and how to keep the
+        others out of the softmax without a NaN where none is left; how a head axis on E or F changes the products.
+    Hint 3 (formula): a query's weights are the softmax of its scaled scores against the projected keys, taken
+        over the slots that hold a real position only (an empty row stays zero); each slot hands its weight to the
+        positions through its row of F, whose padded columns are zero; a padded key adds nothing to any projected
+        key.
     """
     raise NotImplementedError("Task 8.1")
 

@@ -5,13 +5,19 @@ import torch
 
 
 def linformer_effective_map(q, k, E, F, mask=None):
-    M = k.shape[2]
+    B, M = k.shape[0], k.shape[2]
     E, F = E[..., :M], F[..., :M]  # (k, M) or (H, k, M): shorter sequences use the first columns
+    real = torch.ones(B, M, dtype=k.dtype) if mask is None else mask.to(k.dtype)  # (B, M)
     if mask is not None:
         k = k.masked_fill(~mask[:, None, :, None], 0.0)  # padded keys join no slot
-        F = F * mask[:, None, None, :]  # (B, 1 or H, k, M): padded values join no slot either
+    F = F * real[:, None, None, :]  # (B, 1 or H, k, M): padded values join no slot either
+    # a slot whose E and F rows weigh no real position holds no token: it takes no part in the softmax
+    weighs_E = (E.abs() * real[:, None, None, :]).sum(-1) > 0  # (B, 1 or H, k)
+    occupied = (weighs_E | (F.abs().sum(-1) > 0))[:, :, None, :]  # (B, 1 or H, 1, k); F's padded columns are 0
     scores = (q @ (E @ k).transpose(-2, -1)) / math.sqrt(q.shape[-1])  # (B, H, N, k)
-    return torch.softmax(scores, dim=-1) @ F  # (B, H, N, k) @ (k, M) -> (B, H, N, M)
+    weights = torch.softmax(scores.masked_fill(~occupied, float("-inf")), dim=-1)
+    weights = torch.where(occupied.any(-1, keepdim=True), weights, 0.0)  # no slot left (all padding): zeros, not NaN
+    return weights @ F  # (B, H, N, k) @ (B, 1 or H, k, M) -> (B, H, N, M)
 
 
 def state_readout(k, v, q):

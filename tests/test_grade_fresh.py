@@ -6,6 +6,7 @@ honest solution written differently. The other tests run nothing in a child.
 """
 import ast
 import base64
+import builtins
 import csv
 import hashlib
 import importlib
@@ -53,13 +54,17 @@ def linformer_effective_map(q, k, E, F, mask=None):
     """Attention over the input positions through Linformer's k slots."""
     n_keys = k.size(-2)
     E_used, F_used = E[..., :n_keys], F[..., :n_keys]
-    if mask is not None:
-        keep = mask.to(k.dtype)
-        k = k * keep.unsqueeze(1).unsqueeze(-1)
-        F_used = F_used * keep.unsqueeze(1).unsqueeze(2)
+    keep = torch.ones(k.size(0), n_keys, dtype=torch.bool) if mask is None else mask
+    k = torch.where(keep.unsqueeze(1).unsqueeze(-1), k, torch.zeros_like(k))
+    F_used = F_used * keep.unsqueeze(1).unsqueeze(2).to(F.dtype)  # (B, 1 or H, slots, M)
+    E_reach = (E_used.unsqueeze(0) != 0) & keep.unsqueeze(1).unsqueeze(2)  # (B, 1 or H, slots, M)
+    live = (E_reach.any(-1) | (F_used != 0).any(-1)).unsqueeze(2)  # (B, 1 or H, 1, slots)
     slots = torch.matmul(E_used, k)  # E one matrix or one per head
     weights = torch.einsum("bhnd,bhsd->bhns", q, slots) * q.size(-1) ** -0.5
-    return torch.matmul(weights.softmax(-1), F_used)
+    top = weights.masked_fill(~live, float("-inf")).amax(-1, keepdim=True)
+    weights = (weights - torch.where(torch.isinf(top), torch.zeros_like(top), top)).exp() * live
+    total = weights.sum(-1, keepdim=True)
+    return torch.matmul(weights / torch.where(total > 0, total, torch.ones_like(total)), F_used)
 '''
 
 
@@ -103,8 +108,7 @@ class _Rename(ast.NodeTransformer):
 def renamed_solution():
     """solutions/ex08_limits.py with its names changed, reformatted (ast.unparse) and commented."""
     tree = ast.parse((ROOT / "solutions" / "ex08_limits.py").read_text(encoding="utf-8"))
-    keep = set(similarity._aliases(tree)) | set(dir(__builtins__) if isinstance(__builtins__, dict) else
-                                                dir(__builtins__)) | {FUNCTION}
+    keep = set(similarity._aliases(tree)) | set(dir(builtins)) | {FUNCTION}
     lines = ast.unparse(_Rename(keep).visit(tree)).splitlines()
     return "\n".join(f"{line}  # mine" if line.strip().startswith(("my_", "return")) else line for line in lines)
 

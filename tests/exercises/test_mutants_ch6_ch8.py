@@ -32,6 +32,18 @@ def _backward(p="torch.exp(q @ kb.transpose(-2, -1) * c - lse[..., None])",
             f"        dks.append({dk})\n"
             "    return dq, torch.cat(dks, -2), torch.cat(dvs, -2)\n")
 
+_EFFECTIVE_MAP = ("import torch\n"
+                  "def linformer_effective_map(q, k, E, F, mask=None):\n"
+                  "    B, M = k.shape[0], k.shape[2]\n"
+                  "    E, F = E[..., :M], F[..., :M]\n"
+                  "    real = torch.ones(B, M, dtype=k.dtype) if mask is None else mask.to(k.dtype)\n"
+                  "    k = k * real[:, None, :, None]\n"
+                  "    F = F * real[:, None, None, :]\n"
+                  "    weighs = lambda P: (P.abs() * real[:, None, None, :]).sum(-1) > 0\n"
+                  "    occupied = ({occupied})[:, :, None, :]\n"
+                  "    s = q @ (E @ k).transpose(-2, -1) / q.shape[-1] ** 0.5\n"
+                  "    return {weights} @ F\n")
+
 MUTANTS = {
     # 6.1: notebook 06's count for N = M and D = Dv, written with N everywhere
     "6.1 N = M": ("exact_saved_bytes", "def exact_saved_bytes(B, H, N, M, D, Dv, itemsize):\n"
@@ -118,6 +130,23 @@ MUTANTS = {
                           "        k = k.masked_fill(~mask[:, None, :, None], 0.0)\n"
                           "    s = q @ (E @ k).transpose(-2, -1) / q.shape[-1] ** 0.5\n"
                           "    return torch.softmax(s, -1) @ F\n"),
+    # 8.1: padding handled, but a slot that holds no real position (its E and F rows zero there) kept in the softmax
+    "8.1 empty slots kept": ("linformer_effective_map",
+                             "import torch\n"
+                             "def linformer_effective_map(q, k, E, F, mask=None):\n"
+                             "    M = k.shape[2]\n"
+                             "    E, F = E[..., :M], F[..., :M]\n"
+                             "    if mask is not None:\n"
+                             "        k = k.masked_fill(~mask[:, None, :, None], 0.0)\n"
+                             "        F = F * mask[:, None, None, :]\n"
+                             "    s = q @ (E @ k).transpose(-2, -1) / q.shape[-1] ** 0.5\n"
+                             "    return torch.softmax(s, -1) @ F\n"),
+    # 8.1: empty slots set to -inf before the softmax, but a sequence with no slot left gets NaN, not zeros
+    "8.1 NaN on all padding": ("linformer_effective_map", _EFFECTIVE_MAP.format(
+        occupied="weighs(E) | weighs(F)", weights="torch.softmax(s.masked_fill(~occupied, float('-inf')), -1)")),
+    # 8.1: a slot counted as empty when its E row weighs no real position, though its F row does
+    "8.1 slots by E": ("linformer_effective_map", _EFFECTIVE_MAP.format(
+        occupied="weighs(E)", weights="torch.nan_to_num(torch.softmax(s.masked_fill(~occupied, float('-inf')), -1))")),
     # 8.2: linear attention's normaliser kept: the readout divided by q · Σ_i k_i
     "8.2 normalised": ("state_readout", "import torch\n"
                  "def state_readout(k, v, q):\n"
@@ -226,3 +255,24 @@ def test_the_fast_pairs_held_reference_is_the_loop():
         values = torch.randn(40, 8, generator=g, dtype=torch.float64)
         for threshold in (0.5, 0.9):
             assert held_by_prefix(keys, values, threshold) == held_loop(keys, values, threshold)
+
+
+def test_the_mutants_are_right_somewhere():
+    """A mutant that is wrong everywhere proves little: each 8.1 mutant is right on the cases it was made to fool."""
+    from minilin.grading.ex08_limits import layer_map
+    g = torch.Generator().manual_seed(0)
+    q, k = (torch.randn(2, 2, n, 3, generator=g, dtype=torch.float64) for n in (5, 6))
+    E, F = (torch.randn(2, 3, 8, generator=g, dtype=torch.float64) for _ in range(2))
+    dense = torch.tensor([[True] * 6, [True, False, True, True, False, True]])
+    for name in ("8.1 empty slots kept", "8.1 NaN on all padding", "8.1 slots by E"):  # dense E, F: no empty slot
+        ns = {}
+        exec(MUTANTS[name][1], ns)
+        assert torch.allclose(ns["linformer_effective_map"](q, k, E, F, mask=dense), layer_map(q, k, E, F, dense),
+                              atol=1e-12), name
+    selection = torch.eye(3, 8, dtype=torch.float64)  # E = F: slot j is position j; padding empties slots 0 and 2
+    some = torch.tensor([[True] * 6, [False, True, False, True, True, True]])
+    for name in ("8.1 NaN on all padding", "8.1 slots by E"):  # empty slots right while some slot holds a token
+        ns = {}
+        exec(MUTANTS[name][1], ns)
+        assert torch.allclose(ns["linformer_effective_map"](q, k, selection, selection, mask=some),
+                              layer_map(q, k, selection, selection, some), atol=1e-12), name
