@@ -204,8 +204,9 @@ def clamp_onset(q, k, bucket_size=1):
     the same ratio but divides by max(denominator, 1e-3); read its source: which denominator does it clamp, and
     is it the one you wrote in Task 5.2?
     q, k: (B, H, N, D) float64, bucket_size: 1, or B > 1 dividing N with N >= 2·B (Task 5.2's buckets)
-    ->  a Python float s*: for every s > s* LAT's output equals the idealised kernel's, for every s < s* some
-    output departs from it. s* depends on the inputs; it may be positive (the clamp already acts at s = 0).
+    ->  a Python float s*: for every s > s* LAT's output equals the idealised kernel's (up to overflow of e^{k+s}),
+    for every s < s* some output departs from it. s* depends on the inputs; it may be positive (the clamp already
+    acts at s = 0).
     Predict first, and write it down: which query meets the clamp first, and how does s* move when D grows
     from 4 to 64 with the denominators held fixed? Then measure: outside this file (a notebook cell of your own),
     run LAT at s* + 0.01 and s* − 0.01 and at a few shifts between, and find the onset by bisection; your
@@ -220,9 +221,9 @@ def clamp_onset(q, k, bucket_size=1):
         exp(k) contracted with softmax(q) over D, keeping only the queries that see a key; take the smallest over
         batch, heads and positions; write the clamp's condition for that query at shift s, with LAT's factor,
         and solve it for s with a logarithm.
-    Hint 3 (formula): LAT compares its own denominator, which is yours times the factor it put on the queries,
-        with 1e-3. A shift s multiplies yours by e to the s. The output first departs where the smallest of those
-        products, times e to the s, equals 1e-3; take logarithms and solve for s.
+    Hint 3 (formula): the output first departs at the shift where the smallest denominator LAT clamps, times e
+        to the s, equals 1e-3. Write that denominator in terms of yours (where does LAT's factor go?); take
+        logarithms and solve for s.
     """
     raise NotImplementedError("Task 5.8")
 

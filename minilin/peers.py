@@ -131,17 +131,22 @@ class PerformerPytorchFAVOR:
         self.feature_eps, self.denominator_eps = feature_eps, denominator_eps
 
     def __call__(self, q, k, v):
-        with _performer_pytorch_feature_eps(self.feature_eps):
+        with performer_eps(self.feature_eps):
             return self.module(q, k, v)
 
 
-def _performer_pytorch_feature_eps(eps):
-    """A context in which performer-pytorch 1.1.4's softmax_kernel adds `eps` to every feature (theirs: 1e-4)."""
+def performer_eps(eps):
+    """A context in which performer-pytorch 1.1.4's softmax_kernel adds `eps` to every feature (as shipped: 1e-4).
+
+    Their ε is a default argument of `performer_pytorch.performer_pytorch.softmax_kernel`, which their
+    FastAttention.forward looks up at call time: inside the block that global is one with eps=eps, and on
+    leaving it (an exception included) theirs is back. eps=0 gives FAVOR+'s features as the paper defines them.
+    Use: `with performer_eps(0.0): out = their_layer(x)`.
+    """
     import functools
     import unittest.mock
 
     import performer_pytorch.performer_pytorch as pp
-    # FastAttention.forward looks the global softmax_kernel up at call time: patch it for the call only
     return unittest.mock.patch.object(pp, "softmax_kernel", functools.partial(pp.softmax_kernel, eps=eps))
 
 
@@ -164,7 +169,7 @@ class PerformerPytorchSelfAttention:
         self.module, self.param_pairs, self.feature_eps = module, param_pairs, feature_eps
 
     def __call__(self, x, **kwargs):
-        with _performer_pytorch_feature_eps(self.feature_eps):
+        with performer_eps(self.feature_eps):
             return self.module(x, **kwargs)
 
 

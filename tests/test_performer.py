@@ -543,6 +543,28 @@ def test_self_attention_transplant_into_performer_pytorch(monkeypatch):
 
 
 @pytest.mark.peers
+def test_performer_eps_sets_their_feature_epsilon_and_restores_it():
+    """peers.performer_eps(eps): inside the block their softmax_kernel uses eps (0 and 0.5 checked against an explicit
+    eps=), and on leaving it, normally or by an exception, their own function with its 1e-4 default is back."""
+    pytest.importorskip("performer_pytorch")
+    import performer_pytorch.performer_pytorch as pp
+    from minilin import peers
+    shipped = pp.softmax_kernel
+    x = qkv(B=1, H=2, N=6, D=8, seed=60)[0]
+    w = orthogonal_gaussian(16, 8, generator=gen(61), dtype=torch.float64)
+    features = lambda fn, **eps: fn(x, projection_matrix=w, is_query=False, **eps)  # noqa: E731
+    for eps in (0.0, 0.5):
+        with peers.performer_eps(eps):
+            assert torch.equal(features(pp.softmax_kernel), features(shipped, eps=eps))
+        assert pp.softmax_kernel is shipped
+    with pytest.raises(RuntimeError), peers.performer_eps(0.0):
+        raise RuntimeError("leave the block by an exception")
+    assert pp.softmax_kernel is shipped
+    assert torch.equal(features(pp.softmax_kernel), features(shipped, eps=1e-4))
+    assert (features(shipped, eps=0.0) - features(shipped)).abs().max() > 1e-6  # so the checks above can fail
+
+
+@pytest.mark.peers
 def test_performer_pytorch_causal_past_depends_on_future():
     """Their key stabiliser is a max over all positions (performer-pytorch#82): with their epsilon the past
     changes when the future does; ours is bit-for-bit unchanged."""
