@@ -85,7 +85,7 @@ def blocked_attention_backward(q, k, v, out, lse, dout, block):
     Hint 2 (plan): before the loop, one number per query from dout and out (the softmax's gradient needs it). Then
         for each block of keys: its scores and probabilities; the block's gradients of the values and of the keys
         are its own, written once; the gradient of the queries gets this block's share added.
-    Hint 3 (formula): in words, notebook 06's Check yourself 4 gives a row's score gradients from its
+    Hint 3 (formula): in words, notebook 06's Check yourself 3 gives a row's score gradients from its
         probabilities, the gradient of P and one number per query that needs no other block; the rest is the
         chain rule through the two products and the 1/√D scale.
     """
