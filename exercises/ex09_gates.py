@@ -81,23 +81,27 @@ def chunked_gla(q, k, v, log_gate, chunk_size, initial_state=None):
     raise NotImplementedError("Task 9.2")
 
 
-def repeated_write_error(initial_state, k, v, beta, t):
-    """Task 9.3: the delta rule's readout error after writing the same pair t times.
+def repeated_write_error(initial_state, k, v, beta, log_alpha, t):
+    """Task 9.3: the gated delta rule's readout error after writing the same pair t times.
 
-    initial_state: (B, H, Dk, Dv), k: (B, H, Dk), v: (B, H, Dv), beta: (B, H), t: an int >= 0  ->  (B, H, Dv)
-    Write the pair (k, v) t times with the delta rule S ← S + β k (v − Sᵀ k)ᵀ, starting from initial_state, and
-    return the error v − Sᵀ k that remains. Find the closed form: no loop over the t writes.
-    Extends notebook 09, section 1 ("Repeated writes to one key"), which runs the writes for a unit key and β <= 1:
-    here the key has any length, β may exceed 1, and the answer is a formula, not a loop. Checked against the loop for t = 0, 1, 3, 8 with β from 0 to 1.9 (minilin's layers keep β <= 1; the
-    algebra does not need it), for keys that are not unit length, and for β = 1 with a unit key (zero after one
-    write).
+    initial_state: (B, H, Dk, Dv), k: (B, H, Dk), v: (B, H, Dv), beta: (B, H), log_alpha: (B, H) <= 0,
+    t: an int >= 0  ->  (B, H, Dv)
+    Write the pair (k, v) t times with the gated delta rule, S ← α (I − β k kᵀ) S + β k vᵀ with α = exp(log_alpha)
+    (minilin.gated.step's form: the decay multiplies the old state, not the write), starting from initial_state,
+    and return the error v − Sᵀ k that remains. Find the closed form: no loop over the t writes.
+    Extends notebook 09, section 1 ("Repeated writes to one key"), which runs the writes without a gate (α = 1),
+    for a unit key and β <= 1: here a decay acts before every write, the key has any length and β may exceed 1.
+    Checked against the loop for t = 0, 1, 3, 8 with β from 0 to 1.9 (minilin's layers keep β|k|² <= 1; the
+    algebra does not need it) and α from e^-2 to 1, for keys that are not unit length, for α = 1 with β = 0
+    (nothing changes), and for t = 10^6, where the error must have settled (no NaN or inf on the way).
 
-    Hint 1 (nudge): write down what one write does to the error itself, not to the state.
-    Hint 2 (plan): the error before any write is v − S_0ᵀ k, per (batch, head). Express the error after one
-        write through the error before it, then after a second write; see what repeats, and write t writes at once.
-    Hint 3 (formula): put one write, S ← S + β k eᵀ, into the error v − Sᵀ k and gather the terms that hold e:
-        what multiplies e does not change from write to write. Test it on the cases the notebook shows: a unit
-        key with β = 1 clears the error in one write, and β = 0 leaves it as it was.
+    Hint 1 (nudge): write down what one write does to the readout Sᵀk itself, not to the state.
+    Hint 2 (plan): with c = |k|², express the readout after one write through the readout before it: it is a
+        number times the old readout plus a fixed vector. Turn that into a step for the error, unroll t steps
+        into one power and one geometric sum, and look at the case where the number is exactly 1.
+    Hint 3 (formula): in words, each write multiplies the error by α times (1 − β|k|²) and then adds the same
+        vector, (1 − α)(1 − β|k|²) v. Check the two ends you know: α = 1 gives the notebook's error, multiplied
+        by (1 − β|k|²) per write, and β|k|² = 1 clears the error in one write whatever α is.
     """
     raise NotImplementedError("Task 9.3")
 

@@ -46,10 +46,15 @@ def chunked_gla(q, k, v, log_gate, chunk_size, initial_state=None):
     return torch.cat(outs, dim=2), state
 
 
-def repeated_write_error(initial_state, k, v, beta, t):
-    shrink = 1 - beta * (k * k).sum(-1)  # (B, H): each write multiplies the error by 1 − β‖k‖²
+def repeated_write_error(initial_state, k, v, beta, log_alpha, t):
+    # one write: r ← α(1 − βc) r + βc v with r = Sᵀk and c = |k|², so the error e = v − r obeys
+    # e ← ρ e + (1 − α)(1 − βc) v with ρ = α(1 − βc); unrolled, e_t = ρ^t e_0 + (1 + ρ + … + ρ^(t−1)) (1 − α)(1 − βc) v
+    alpha, c = torch.exp(log_alpha), (k * k).sum(-1)  # (B, H)
+    rho = alpha * (1 - beta * c)
     start = v - torch.einsum("bhkv,bhk->bhv", initial_state, k)
-    return shrink[..., None] ** t * start
+    flat = rho == 1  # the geometric sum is t there, not 0/0
+    geometric = torch.where(flat, float(t), (1 - rho ** t) / torch.where(flat, 2.0, 1 - rho))
+    return rho[..., None] ** t * start + ((1 - alpha) * (1 - beta * c) * geometric)[..., None] * v
 
 
 def memory_crossover(layers, exact_layers, heads, dim_head, dim_k, dim_v, kv_itemsize, state_itemsize):

@@ -2,8 +2,8 @@
 
 All four are extend tasks, the chapter's idea on a case no notebook cell solves: 9.1 (the gated delta rule's
 chunk form, where the notebook derives only the ungated one), 9.2 (the chunked form for GLA's per-feature gates,
-where the notebook derives only a scalar decay), 9.3 (the delta rule writing one key again and again: the error's
-closed form) and 9.4 (the context length where exact attention's KV cache passes a hybrid
+where the notebook derives only a scalar decay), 9.3 (the gated delta rule writing one key again and again: the
+error's closed form) and 9.4 (the context length where exact attention's KV cache passes a hybrid
 model's memory). Every comparison is in float64 on O(1) values, so only round-off (well under the tolerance
 TOL = 1e-10 for the short sequences here) separates a correct answer from the reference.
 """
@@ -145,34 +145,44 @@ def chunked_gla(f):
 
 
 # --- 9.3 ---------------------------------------------------------------------------------------------------------
-def write_loop(s0, k, v, beta, t):
-    """v − S_tᵀ k after t delta-rule writes of (k, v) with strength β, by minilin.gated.step."""
+def write_loop(s0, k, v, beta, log_alpha, t):
+    """v − S_tᵀ k after t gated delta-rule writes of (k, v) with strength β and decay exp(log_alpha), by
+    minilin.gated.step."""
     state = s0
     for _ in range(t):
-        _, state = step(k, k, v, state, beta_t=beta)
+        _, state = step(k, k, v, state, log_decay_t=log_alpha, beta_t=beta)
     return v - (state * k[..., :, None]).sum(-2)
 
 
 @CHAPTER.task("9.3", "repeated_write_error", extend=True)
 def repeated_writes(error):
-    """the delta rule writing one key again and again: the error after t writes, in closed form"""
+    """the gated delta rule writing one key again and again: the error after t writes, in closed form"""
     b, h, dk, dv = 2, 3, 4, 5
     k, v, s0 = unit(b, h, dk, seed=70), rand(b, h, dv, seed=71), rand(b, h, dk, dv, seed=72)
     beta = torch.tensor([[0.0, 0.2, 0.5], [1.0, 1.5, 1.9]], dtype=torch.float64)
+    la = torch.tensor([[-0.1, -2.0, -0.5], [-0.3, -0.05, -1.0]], dtype=torch.float64)
     for t in (0, 1, 3, 8):
-        yield close(error(s0, k, v, beta, t), write_loop(s0, k, v, beta, t), atol=1e-10, rtol=1e-9,
+        yield close(error(s0, k, v, beta, la, t), write_loop(s0, k, v, beta, la, t), atol=1e-10, rtol=1e-9,
                     what=f"v − S_tᵀ k after t = {t} writes by minilin.gated.step (unit keys, β = 0, 0.2, 0.5 / "
-                         f"1, 1.5, 1.9 per head)")
-    yield close(error(s0, k, v, torch.ones(b, h, dtype=torch.float64), 1), torch.zeros(b, h, dv, dtype=torch.float64),
-                atol=1e-12, what="zeros: β = 1 and a unit key, one write recalls v exactly")
+                         f"1, 1.5, 1.9 and log α = −0.1, −2, −0.5 / −0.3, −0.05, −1 per head)")
+    no_gate = torch.zeros(b, h, dtype=torch.float64)
+    yield close(error(s0, k, v, beta, no_gate, 3), write_loop(s0, k, v, beta, no_gate, 3), atol=1e-10, rtol=1e-9,
+                what="log α = 0 (α = 1, no gate): the delta rule of section 1, t = 3; with β = 0 nothing changes")
+    yield close(error(s0, k, v, torch.ones(b, h, dtype=torch.float64), la, 1), torch.zeros(b, h, dv, dtype=torch.float64),
+                atol=1e-12, what="zeros: β = 1 and a unit key, one write recalls v exactly, whatever α")
     k2 = rand(3, 2, 6, seed=73) * 0.7  # norms from about 0.7 to 2.5
     v2, s2 = rand(3, 2, 3, seed=74), rand(3, 2, 6, 3, seed=75)
-    beta2 = torch.sigmoid(rand(3, 2, seed=76)) * 0.8
+    beta2, la2 = torch.sigmoid(rand(3, 2, seed=76)) * 0.3, log_gates(3, 2, seed=77, shift=1.0)
     for t in (2, 5):
-        yield close(error(s2, k2, v2, beta2, t), write_loop(s2, k2, v2, beta2, t), atol=1e-10, rtol=1e-9,
+        yield close(error(s2, k2, v2, beta2, la2, t), write_loop(s2, k2, v2, beta2, la2, t), atol=1e-10, rtol=1e-9,
                     what=f"the loop with keys that are not unit length (Dk = 6, Dv = 3), t = {t}")
-    yield closed_form(captured(error(s0, k, v, beta, 4), "matmul_shapes"),
-                      captured(error(s0, k, v, beta, 256), "matmul_shapes"), 4, 256)
+    c2 = (k2 * k2).sum(-1)
+    alpha2, shrink2 = torch.exp(la2), 1 - beta2 * c2
+    settled = ((1 - alpha2) * shrink2 / (1 - alpha2 * shrink2))[..., None] * v2  # e = ρ e + (1 − α)(1 − βc) v, solved
+    yield close(error(s2, k2, v2, beta2, la2, 10 ** 6), settled, atol=1e-10, rtol=1e-9,
+                what="t = 10^6: the settled error (1 − α)(1 − β|k|²) v / (1 − α(1 − β|k|²)), keys not unit length")
+    yield closed_form(captured(error(s0, k, v, beta, la, 4), "matmul_shapes"),
+                      captured(error(s0, k, v, beta, la, 256), "matmul_shapes"), 4, 256)
 
 
 def closed_form(few, many, t_few, t_many):

@@ -79,18 +79,27 @@ MUTANTS = {
         "    for start in range(0, N, chunk_size):  # the last chunk may be shorter\n"
         "        stop = min(start + chunk_size, N)",
         "    for start in range(0, N):  # chunk_size ignored\n        stop = start + 1"),
-    # 9.3: β ignored in the closed form
-    "9.3 beta ignored": (
-        "    shrink = 1 - beta * (k * k).sum(-1)",
-        "    shrink = 1 - (k * k).sum(-1) + 0 * beta"),
+    # 9.3: the gate left out (right when α = 1: the notebook's ungated writes)
+    "9.3 gate ignored": (
+        "    alpha, c = torch.exp(log_alpha), (k * k).sum(-1)  # (B, H)",
+        "    alpha, c = torch.ones_like(log_alpha), (k * k).sum(-1)"),
+    # 9.3: the decay on the write too, S ← α (S + β k (v − Sᵀk)ᵀ) (right when α = 1)
+    "9.3 write decayed": (
+        "    return rho[..., None] ** t * start + ((1 - alpha) * (1 - beta * c) * geometric)[..., None] * v",
+        "    return rho[..., None] ** t * start + ((1 - alpha) * geometric)[..., None] * v"),
     # 9.3: a unit key assumed (right in the notebook's case)
     "9.3 unit key": (
-        "    shrink = 1 - beta * (k * k).sum(-1)",
-        "    shrink = 1 - beta + 0 * k.sum(-1)"),
+        "    alpha, c = torch.exp(log_alpha), (k * k).sum(-1)  # (B, H)",
+        "    alpha, c = torch.exp(log_alpha), torch.ones_like(log_alpha)"),
+    # 9.3: the geometric sum as (1 − ρ^t)/(1 − ρ) everywhere: 0/0 = NaN where ρ = 1 (α = 1, β = 0)
+    "9.3 divides by 1 - rho": (
+        "    geometric = torch.where(flat, float(t), (1 - rho ** t) / torch.where(flat, 2.0, 1 - rho))",
+        "    geometric = (1 - rho ** t) / (1 - rho)"),
     # 9.3: right values, by writing t times (the loop the task asks to replace)
     "9.3 write loop": (
-        "    return shrink[..., None] ** t * start",
-        "    for _ in range(t):\n        start = shrink[..., None] * start\n    return start"),
+        "    return rho[..., None] ** t * start + ((1 - alpha) * (1 - beta * c) * geometric)[..., None] * v",
+        "    e = start\n    for _ in range(t):\n        e = rho[..., None] * e + ((1 - alpha) * (1 - beta * c))[..., None] * v\n"
+        "    return e"),
     # 9.4: equal memory taken for "more" (off by one when the ratio is a whole number)
     "9.4 ceil": (
         "    return state // per_token + 1",
@@ -153,8 +162,15 @@ def test_the_mutants_are_right_somewhere():
                              solved["chunked_gla"](q, k, v, head_gate, 4)):
         assert torch.allclose(got, expected, atol=1e-12)
     s0, kk, vv = torch.randn(2, 2, 4, 3, generator=g), torch.randn(2, 2, 4, generator=g), torch.randn(2, 2, 3, generator=g)
-    bb = torch.rand(2, 2, generator=g)
-    assert torch.allclose(load("9.3 write loop")["repeated_write_error"](s0, kk, vv, bb, 5),
-                          solved["repeated_write_error"](s0, kk, vv, bb, 5), atol=1e-6)
+    bb, la = torch.rand(2, 2, generator=g) * 0.2, -torch.rand(2, 2, generator=g)
+    write = lambda name, *args: load(name)["repeated_write_error"](s0, *args, 5)
+    right = lambda *args: solved["repeated_write_error"](s0, *args, 5)
+    for name in ("9.3 divides by 1 - rho", "9.3 write loop"):  # β > 0: ρ ≠ 1
+        assert torch.allclose(write(name, kk, vv, bb, la), right(kk, vv, bb, la), atol=1e-6), name
+    no_gate = torch.zeros_like(la)  # α = 1: section 1's writes
+    for name in ("9.3 gate ignored", "9.3 write decayed"):
+        assert torch.allclose(write(name, kk, vv, bb, no_gate), right(kk, vv, bb, no_gate), atol=1e-6), name
+    unit_k = torch.nn.functional.normalize(kk, dim=-1)
+    assert torch.allclose(write("9.3 unit key", unit_k, vv, bb, la), right(unit_k, vv, bb, la), atol=1e-6)
     assert load("9.4 ceil")["memory_crossover"](16, 4, 8, 96, 64, 80, 2, 4) == 54
     assert load("9.4 states everywhere")["memory_crossover"](10, 0, 4, 32, 48, 40, 4, 4) == 31
