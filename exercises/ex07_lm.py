@@ -1,7 +1,9 @@
-"""Exercises for notebook 07: the pieces of a byte-level language model's data, loss and training loop on cases the
-notebook does not solve, the chapter's decoding idea on a new attention (Task 7.8: one recurrent step with a state of
-constant size), a prediction of its decoding finding on new sizes (Task 7.9), and three optional tasks: 7.4
-(masked-LM corruption), 7.6 (checkpoints) and 7.7 (nucleus sampling, an extend task: use the idea on a new case).
+"""Exercises for notebook 07. Core: the loss and the schedule of the training loop (Tasks 7.3 and 7.5), the chapter's
+decoding idea on a new attention (Task 7.8: one recurrent step with a state of constant size), a prediction of its
+decoding finding on new sizes (Task 7.9), and a test of its explanation of the swap's cost (Task 7.10: give linear
+attention a fixed previous-byte head; predict, then measure). Optional: LM plumbing, 7.1 (cut text to a byte budget),
+7.2 (targets across documents) and 7.6 (checkpoints); 7.4 (masked-LM corruption) and 7.7 (nucleus sampling, an
+extend task: use the idea on a new case).
 
 Implement each function, then grade yourself:  python -m minilin grade --chapter 7
 Conventions (see minilin/data.py): tokens are UTF-8 bytes (ids 0..255), MASK_ID = 256 marks a hidden
@@ -19,7 +21,7 @@ IGNORE = -100
 
 
 def truncate_utf8(ids, max_bytes):
-    """Task 7.1: the longest prefix of a UTF-8 byte sequence that fits in max_bytes and cuts no character.
+    """Task 7.1 (optional, LM plumbing): the longest prefix of UTF-8 bytes within max_bytes that cuts no character.
 
     Uses notebook 07, section 1 ("Bytes are tokens") on a case it does not solve: the notebook shows that a cut in
     the middle of a character decodes to U+FFFD; here you cut a text to a byte budget (a context window, a field of
@@ -41,7 +43,7 @@ def truncate_utf8(ids, max_bytes):
 
 
 def shift_with_documents(window, eos):
-    """Task 7.2: next-byte inputs and targets for a window that holds several documents.
+    """Task 7.2 (optional, LM plumbing): next-byte inputs and targets for a window that holds several documents.
 
     Uses notebook 07, section 2 ("Batches and the shift") on a case it does not solve: packed training data puts
     documents one after another, each ended by an `eos` byte. The byte after an `eos` starts a new, unrelated
@@ -71,9 +73,9 @@ def lm_loss(logits, targets):
 
     Hint 1 (nudge): at each position you need one number: the log-probability of its target. How do you pick one
         entry per position along the V axis? And what happens if you use -100 as an index?
-    Hint 2 (plan): log-probabilities over V, (B, L, V); a (B, L) bool "keep" mask; an index of shape (B, L, 1)
-        with every IGNORE replaced by a valid id; gather along the last axis, (B, L); drop the positions that
-        are not kept; minus the mean over the rest.
+    Hint 2 (plan): two stages; write down the shape you expect after each before you code it. First one number
+        per position, its target's log-probability, read by a lookup that must not fail on the ignored
+        positions; then an average that counts only the kept ones. How will the second stage know which?
     Hint 3 (formula): the loss is minus the average, over the kept positions only, of the log-probability each
         gives its own target; an ignored position must be given some valid index to read, then count for nothing.
     """
@@ -129,7 +131,7 @@ def wsd_lr(step, *, lr, steps, warmup, decay, min_lr):
 
 
 def save_checkpoint(obj, path):
-    """Task 7.6 (a, optional): torch.save `obj` to `path` atomically.
+    """Task 7.6 (a, optional, LM plumbing): torch.save `obj` to `path` atomically.
 
     Saves the state of a training loop like section 5's (the package's `train` checkpoints the same way).
     A crash (or an object that fails to pickle) half-way through must never leave a truncated file at `path`:
@@ -149,7 +151,7 @@ def save_checkpoint(obj, path):
 
 
 def load_checkpoint(path):
-    """Task 7.6 (b, optional): load a checkpoint without running arbitrary code (torch.load with weights only).
+    """Task 7.6 (b, optional, LM plumbing): load a checkpoint without running arbitrary code (weights only).
 
     Loads what Task 7.6 (a) saves.
     A pickle can execute anything when loaded; loading with weights_only=True accepts only tensors and plain
@@ -179,9 +181,9 @@ def top_p_filter(logits, top_p):
 
     Hint 1 (nudge): sort each row's probabilities from the largest down. For the token in place r, what is the
         probability mass of the tokens placed before it, and when is it still needed to reach top_p?
-    Hint 2 (plan): probabilities over the last axis; sort them (descending), keeping the sorting order; the mass
-        before each place, an exclusive running sum (0 for the first); a "keep" flag per place; send the flags
-        back to the tokens' own positions with the sorting order; -inf where not kept.
+    Hint 2 (plan): the decision is easy in sorted order, but the answer is needed in each token's own place.
+        Decide in sorted order which places are kept, from the mass that comes before each place; then carry the
+        decisions back to the original order (what must you keep from the sort to do that?).
     Hint 3 (formula): a place is kept when the mass of the places before it is still below top_p (so the first
         place always is); a kept token keeps its logit, every other token gets minus infinity.
     """
@@ -234,9 +236,44 @@ def predicted_crossover(heads, head_dim, features):
     Hint 2 (plan): the state's size for one head (a features x head_dim matrix and two vectors of length features),
         the cache's size after t tokens for one head (keys and values); the heads and the layers multiply both sides
         alike; solve for the first t where the cache is larger.
-    Hint 3 (formula): write the state's count as an expression in features and head_dim only, the cache's as one
-        that grows in proportion to t, and set the cache strictly greater than the state. Solving gives a bound on t
-        that can itself be a whole number: the answer is the first whole t strictly past it (try a case where the two
-        counts tie). Check your expression on section 7's sizes against the table that notebook prints.
+    Hint 3 (formula): per head, the state holds a features-by-head_dim matrix and two vectors of length features;
+        the cache holds two vectors of length head_dim per token. The answer is the smallest whole t at which the
+        cache's count is strictly larger than the state's. Check it on section 7's sizes against the notebook's table.
     """
     raise NotImplementedError("Task 7.9")
+
+
+def hybrid_mix(q, k, v):
+    """Task 7.10 (predict, then measure): a mixing step whose head 0 reads the previous byte and whose other heads
+    run causal elu+1 linear attention.
+
+    Tests notebook 07, section 7's explanation of the swap's cost: the linear model grew no previous-byte head, and
+    the fixed read of the byte before (`previous_byte_mix`) beat it. If that missing read is the cause, handing the
+    linear model one such head should close the gap; if not, it should not.
+    q, k, v: (B, H, N, D), H >= 1  ->  (B, H, N, D).
+    Head 0: out[:, 0, t] = v[:, 0, t - 1] for t >= 1, and zeros at t = 0 (no byte before it, as in
+    `previous_byte_mix`); head 0's q and k are not used.
+    Heads 1..H-1: out_i = Σ_{j ≤ i} (φ(q_i)·φ(k_j)) v_j / Σ_{j ≤ i} φ(q_i)·φ(k_j) with φ(x) = elu(x) + 1 and no
+    1/√D (notebook 05, §1). Do not call minilin here. The checks compare with minilin's elu+1 linear attention
+    (heads 1..H-1) and a shift (head 0) in float64 on two shapes and at H = 1 (the fixed read alone), and change
+    the key and value at one position: no earlier output may move, and that position must be read.
+
+    Then measure, in a cell of your own below section 7 (paste the function or import it from this file). Before
+    you run anything, write down your prediction: after the same 400 steps, will the gap between the hybrid's bits
+    per byte and exact attention's be about section 7's linear-minus-exact gap, about half of it, or close to
+    nothing? Then train the notebook's model with your mixing step (`train_lm(hybrid_mix)`, about a minute on a
+    laptop CPU) and compare the last validation scores. For a fair baseline, also train exact attention with the
+    same head 0 replaced (your own mixing step: the fixed read in head 0, `causal_softmax_mix` in the others):
+    how much of section 7's gap is left, and what does that say about its explanation?
+
+    Hint 1 (nudge): the two parts share nothing but the tensor they are written into: which slice of the head
+        axis does each read, and which does it fill? Head 0 needs no scores at all: what move along the position
+        axis gives every position its predecessor's value?
+    Hint 2 (plan): build the two parts separately, then join them along the head axis. Head 0 only moves values;
+        the other heads need the features of their queries and keys and a way to keep each position from the later
+        ones (the notebook's masked form, or running sums over positions). Before training, test on a small input
+        that changing position i + 1 leaves position i's output alone.
+    Hint 3 (formula): head 0 at position t is head 0's value at t - 1 (zero at t = 0). Another head at position
+        i is the sum over j up to i of the weight φ(q_i)·φ(k_j) times v_j, divided by the sum of those weights.
+    """
+    raise NotImplementedError("Task 7.10")

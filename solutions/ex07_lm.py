@@ -1,4 +1,5 @@
-"""Solutions for notebook 07 (exercises/ex07_lm.py): the pieces of a byte-level LM's training loop, and decoding."""
+"""Solutions for notebook 07 (exercises/ex07_lm.py): the pieces of a byte-level LM's training loop, decoding, and a
+hybrid mixing step."""
 import os
 from pathlib import Path
 
@@ -99,3 +100,14 @@ def efficient_decode_step(q_t, k_t, v_t, state=None):
 def predicted_crossover(heads, head_dim, features):
     """Task 7.9: the first t with 2·t·D > F·D + 2F (per head; heads and layers scale both sides alike)."""
     return (features * head_dim + 2 * features) // (2 * head_dim) + 1
+
+
+def hybrid_mix(q, k, v):
+    """Task 7.10: head 0 the value one position back (zeros at 0); heads 1.. causal elu+1 by prefix sums."""
+    fixed = torch.zeros_like(v[:, :1])
+    fixed[:, :, 1:] = v[:, :1, :-1]  # (B, 1, N, D)
+    fq, fk = (torch.nn.functional.elu(t[:, 1:]) + 1 for t in (q, k))  # (B, H-1, N, D)
+    S = torch.einsum("bhnd,bhne->bhnde", fk, v[:, 1:]).cumsum(dim=2)  # Σ_{j<=n} φ(k_j) v_jᵀ
+    num = torch.einsum("bhnd,bhnde->bhne", fq, S)
+    den = (fq * fk.cumsum(dim=2)).sum(dim=-1, keepdim=True)
+    return torch.cat([fixed, num / den], dim=1)

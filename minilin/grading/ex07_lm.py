@@ -1,5 +1,5 @@
-"""Checks for exercises/ex07_lm.py (Tasks 7.1-7.9), against minilin.model, minilin.efficient, TinyLM's decoding
-states (7.9), and loops written here (7.1, 7.2, 7.5, 7.7)."""
+"""Checks for exercises/ex07_lm.py (Tasks 7.1-7.10), against minilin.model, minilin.efficient, TinyLM's decoding
+states (7.9), minilin.linear (7.10), and loops written here (7.1, 7.2, 7.5, 7.7)."""
 import dataclasses
 import math
 
@@ -304,3 +304,47 @@ def predicted_crossover(f):
         yield equal(f(heads, head_dim, features), measured_crossover(heads, head_dim, features),
                     what=f"the crossover measured on TinyLM's decoding states (heads {heads}, head_dim {head_dim}, "
                          f"{features} features)")
+
+
+def hybrid_reference(q, k, v):
+    """Head 0: the value one position back (zeros at position 0); heads 1..H-1: minilin's causal elu+1 linear
+    attention. (B, H, N, D) -> (B, H, N, D)"""
+    from minilin.linear import elu_plus_one, linear_attention
+    out = torch.zeros_like(v)
+    out[:, 0, 1:] = v[:, 0, :-1]
+    if q.shape[1] > 1:
+        out[:, 1:] = linear_attention(q[:, 1:], k[:, 1:], v[:, 1:], feature_map=elu_plus_one, causal=True)
+    return out
+
+
+@CHAPTER.task("7.10", "hybrid_mix", extend=True)
+def hybrid_mix(f):
+    """a hybrid mixing step: a fixed previous-byte read in head 0, causal elu+1 linear attention in the others"""
+    for seed, (B, H, N, D) in enumerate(((2, 4, 9, 5), (1, 3, 17, 8))):
+        q, k, v = (rand(B, H, N, D, seed=100 + 3 * seed + i) for i in range(3))
+        yield close(f(q, k, v), hybrid_reference(q, k, v),
+                    what=f"head 0: the value one position back (zeros at position 0); heads 1..{H - 1}: minilin."
+                         f"linear.linear_attention(feature_map=elu_plus_one, causal=True), ({B}, {H}, {N}, {D})")
+    q, k, v = (rand(2, 1, 6, 4, seed=110 + i) for i in range(3))
+    yield close(f(q, k, v), hybrid_reference(q, k, v),
+                what="H = 1: only the fixed read (the value one position back, zeros at position 0)")
+    B, H, N, D, t0 = 2, 4, 12, 6, 7
+    q, k, v = (rand(B, H, N, D, seed=120 + i) for i in range(3))
+    k2, v2 = k.clone(), v.clone()
+    k2[:, :, t0] += 1
+    v2[:, :, t0] += 1
+    calls = (f(q, k, v), f(q, k2, v2))
+
+    def causal(before, after):
+        for call, got in zip(calls, (before, after)):
+            expect(isinstance(got, torch.Tensor) and tuple(got.shape) == (B, H, N, D), call,
+                   f"returned {kind(got)}, expected a tensor of shape {(B, H, N, D)}")
+        expect_close(after[..., :t0, :], before[..., :t0, :], call=calls[1], atol=1e-12,
+                     what=f"the outputs before position {t0} with the key and value at {t0} unchanged (a causal "
+                          "mixing step cannot see a later position)")
+        moved = [(after[:, 0, t0 + 1] - before[:, 0, t0 + 1]).abs().max().item(),
+                 (after[:, 1:, t0] - before[:, 1:, t0]).abs().max().item()]
+        expect(min(moved) > 1e-6, calls[1], f"changing the key and value at position {t0} moved head 0's output at "
+               f"{t0 + 1} by {moved[0]:.3g} and the other heads' outputs at {t0} by {moved[1]:.3g}: both must "
+               "read that position")
+    yield check(*calls, judge=causal)
