@@ -70,7 +70,7 @@ def causal_efficient_attention(q, k, v, bucket_size=1):
 def transplant_into_lat(ours, lat):
     """Task 5.3: copy our EfficientSelfAttention's weights into a linear-attention-transformer SelfAttention.
 
-    Uses notebook 05, Appendix A (LAT's rows sum to D^-1/2) and section 3 (a weight transplant is tested by
+    Uses notebook 05, section 2 (LAT's rows sum to D^-1/2) and section 3 (a weight transplant is tested by
     comparing outputs). Appendix A moves whole LAT stacks the other way, their weights into minilin's blocks
     (minilin.peers: read it once you are done).
     ours: minilin.efficient.EfficientSelfAttention(dim, heads, dim_head=D) (no q/k/v bias)
@@ -82,7 +82,7 @@ def transplant_into_lat(ours, lat):
 
     Hint 1 (nudge): both modules have to_q, to_k, to_v and to_out of the same shapes. If the input to their
         to_out is ours times a constant c, how can to_out undo that constant? Does to_out's bias see it?
-    Hint 2 (plan): find c from Appendix A (which head size does it use?); without recording gradients, copy
+    Hint 2 (plan): find c from section 2 (which head size does it use?); without recording gradients, copy
         what needs no change as it is, and give one layer (to_out is one way) a weight that undoes c.
     Hint 3 (formula): a linear layer applied to c·h equals a layer with c times the weight applied to h, while a
         bias is added after the product and never sees c. Decide which one of their four layers to change (more
@@ -145,7 +145,7 @@ def chunked_causal_linear_attention(q, k, v, chunk_size, mask=None):
     """Task 5.6 (optional, extend): causal elu+1 linear attention computed chunk by chunk, with a key
     padding mask.
 
-    Extends notebook 05, section 1 and Appendix A (the masked (N × N) form), and notebook 04, section 6 (prefix
+    Extends notebook 05, section 1 and Appendix A (the causal (N × N) form), and notebook 04, section 6 (prefix
     sums; the chunked form in words); no cell writes it. Here you combine the two forms, as `minilin.linear` does,
     and add padding.
     q, k: (B, H, N, D), v: (B, H, N, Dv), chunk_size: int >= 1, mask: (B, N) bool or None  ->  (B, H, N, Dv)
@@ -232,7 +232,7 @@ def focus_scale(n, target, kernel="elu+1"):
     """Task 5.9 (optional): how large must queries and keys be before a kernel puts a given share of
     each query's weight on its own key?
 
-    Section 1's elu+1 map (the peers' linear attention) against softmax, on inputs the notebook does not measure;
+    Katharopoulos et al.'s elu+1 map (minilin.linear) against softmax, on inputs the notebook does not measure;
     you find the scale itself, for both kernels and any n. The input: n keys of dimension n, key j = a·(2e_j − 1) (entry j
     is +a, every other entry −a), and query i = key i. The weights of query i: for "elu+1", φ(q_i)·φ(k_j) with
     φ(x) = elu(x) + 1, divided by their sum over j; for "softmax", softmax over j of q_i·k_j/√n. The own-key weight
