@@ -105,11 +105,9 @@ def causal_block_work(n, q_block, kv_block):
     FlopCounterMode and divides by the count of the full product.
 
     Hint 1 (nudge): tiles are computed whole. For one block of queries, which key blocks does it need?
-    Hint 2 (plan): loop over the query blocks; for each, find the last query it holds, the key block that contains
-        that query's own key, and how many keys the key blocks up to that one span (never more than n). Add
-        rows × keys over the query blocks.
-    Hint 3 (formula): a query block with r rows whose last query is at index i costs r times the smaller
-        of n and kv_block times (the number of whole key blocks up to and including the one that holds key i); the
-        share is the sum over query blocks divided by n squared.
+    Hint 2 (plan): loop over the query blocks; for each, work out which key blocks its queries need, and add up
+        the entries the block computes.
+    Hint 3 (a case to check against): n = 8 with tiles of 2 queries x 4 keys computes 48 of the 64 entries, a
+        share of 0.75; draw the 8 x 8 grid, shade the tiles, and make your loop give the same.
     """
     raise NotImplementedError("Task 6.5")
