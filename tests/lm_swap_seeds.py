@@ -5,11 +5,15 @@ results/reference/lm_swap_seeds.csv.
     python tests/lm_swap_seeds.py --seeds 0 --out /tmp/s.csv   # a quick try
     python tests/lm_swap_seeds.py --lr 0.01 --out /tmp/lr.csv  # the same runs at another constant rate
     python tests/lm_swap_seeds.py --mixing previous,off --lr 0.01 --out /tmp/c.csv  # the two controls instead
+    python tests/lm_swap_seeds.py --steps 1600 --every 400 --out results/reference/lm_swap_long.csv  # longer runs
 
 The model, the loop, the sizes and the validation bytes are the notebook's own: the script runs the notebook's code
 cells up to the one that defines `train_lm` (leaving out the statements there that call it) and the later definition
-of `previous_byte_mix`, then calls train_lm(mix, seed) for each seed and mixing step. The CSV's header records the command, machine, date and sizes;
-the notebook checks that its live seed-0 runs agree with the file's seed-0 rows.
+of `previous_byte_mix`, then calls train_lm(mix, seed) for each seed and mixing step. --steps replaces the notebook's STEPS (train_lm scores
+every 100 steps; --every picks which of those scores become rows, with a `step` column; default: the last only). The
+CSV is rewritten after every run, so an interrupted sweep keeps the runs it finished; its header records the command,
+machine, date, sizes and the seeds with a finished run. The notebook checks that its live seed-0 runs agree with
+lm_swap_seeds.csv's seed-0 rows.
 """
 from __future__ import annotations
 
@@ -21,6 +25,7 @@ import json
 import os
 import shlex
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -54,6 +59,8 @@ def main(argv=None):
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--lr", type=float, default=None, help="AdamW's constant rate (default: the notebook's LR)")
+    parser.add_argument("--steps", type=int, default=None, help="training steps (default: the notebook's STEPS)")
+    parser.add_argument("--every", type=int, default=None, help="a row every this many steps (a multiple of 100)")
     parser.add_argument("--mixing", default="exact,linear", help="comma-separated, of " + ",".join(MIXES))
     args = parser.parse_args(argv)
     seeds = [int(s) for s in args.seeds.split(",")]
@@ -71,16 +78,35 @@ def main(argv=None):
         if not args.lr > 0:
             parser.error(f"--lr must be positive, got {args.lr:g}")
         ns["LR"] = args.lr  # train_lm reads the notebook's global LR when it builds its optimizer
-    rows = []
+    if args.steps is not None:
+        if args.steps < 100 or args.steps % 100:
+            parser.error(f"--steps must be a positive multiple of 100 (train_lm scores every 100), got {args.steps}")
+        ns["STEPS"] = args.steps  # train_lm reads the notebook's global STEPS
+    every = args.every or ns["STEPS"]
+    if every % 100 or ns["STEPS"] % every:
+        parser.error(f"--every must be a multiple of 100 that divides the steps, got {every}")
+    rows, done = [], set()
     for seed in seeds:
         for name in mixings:
+            start = time.perf_counter()
             _, curve = ns["train_lm"](ns[MIXES[name]], seed=seed)
-            bits = round(curve[ns["STEPS"]], 4)
-            rows.append({"seed": seed, "mixing": name, "lr": ns["LR"], "val_bits_per_byte": bits})
-            print(rows[-1], flush=True)
+            for step in range(every, ns["STEPS"] + 1, every):
+                row = {"seed": seed, "mixing": name, "lr": ns["LR"]}
+                if args.steps is not None or args.every is not None:
+                    row["step"] = step
+                rows.append({**row, "val_bits_per_byte": round(curve[step], 4)})
+                print(rows[-1], flush=True)
+            print(f"seed {seed}, {name}: {time.perf_counter() - start:.0f} s", flush=True)
+            done.add(seed)
+            write(args.out, argv, ns, rows, sorted(done), machine_line())
+    print(f"wrote {args.out}")
+
+
+def write(out, argv, ns, rows, seeds, machine):
+    """(Re)write the CSV with the rows so far; the header names the seeds with a finished run."""
     header = [
         ("command: python tests/lm_swap_seeds.py " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))).strip(),
-        f"machine: {machine_line()}, one thread, cpu",
+        f"machine: {machine}, one thread, cpu",
         "date: " + dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S +0000"),
         f"sizes: notebooks/07_tiny_lm.ipynb's ByteLM and train_lm: L={ns['L']}, d={ns['d']}, depth {ns['DEPTH']}, "
         f"heads {ns['H']}, {ns['STEPS']} steps, batch {ns['BATCH']}, AdamW lr {ns['LR']:g}, constant; seeds "
@@ -88,15 +114,14 @@ def main(argv=None):
         f"scored on: every validation window of L={ns['L']} bytes ({ns['y_val'].numel()} bytes); bigram counts "
         f"{ns['BASE']['bigram']:.4f}, trigram counts {ns['BASE']['trigram']:.4f} bits per byte on them",
     ]
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = args.out.with_suffix(".tmp")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".tmp")
     with open(tmp, "w", newline="") as f:
         f.write("".join(f"# {line}\n" for line in header))
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
-    os.replace(tmp, args.out)
-    print(f"wrote {args.out}")
+    os.replace(tmp, out)
 
 
 if __name__ == "__main__":
