@@ -107,7 +107,7 @@ def causal_block_work(n, q_block, kv_block):
     Hint 1 (nudge): tiles are computed whole. For one block of queries, which key blocks does it need?
     Hint 2 (plan): loop over the query blocks; for each, work out which key blocks its queries need, and add up
         the entries the block computes.
-    Hint 3 (a case to check against): n = 8 with tiles of 2 queries x 4 keys computes 48 of the 64 entries, a
-        share of 0.75; draw the 8 x 8 grid, shade the tiles, and make your loop give the same.
+    Hint 3 (formula): check your count on a case by hand: n = 8 with tiles of 2 queries x 4 keys computes 48 of
+        the 64 entries, a share of 0.75; draw the 8 x 8 grid, shade the tiles, and make your loop give the same.
     """
     raise NotImplementedError("Task 6.5")
