@@ -44,6 +44,18 @@ _EFFECTIVE_MAP = ("import torch\n"
                   "    s = q @ (E @ k).transpose(-2, -1) / q.shape[-1] ** 0.5\n"
                   "    return {weights} @ F\n")
 
+# 8.1's plain form, A = softmax(q (E k)ᵀ / √scale) then A F, with padded keys zeroed and (f_mask) F's padded columns
+_F_MASK = "        F = F * mask[:, None, None, :]\n"
+_PLAIN_MAP = ("import torch\n"
+              "def linformer_effective_map(q, k, E, F, mask=None):\n"
+              "    M = k.shape[2]\n"
+              "    E, F = E[..., :M], F[..., :M]\n"
+              "    if mask is not None:\n"
+              "        k = k.masked_fill(~mask[:, None, :, None], 0.0)\n"
+              "{f_mask}"
+              "    s = q @ (E @ k).transpose(-2, -1) / {scale} ** 0.5\n"
+              "    return torch.softmax(s, -1) @ F\n")
+
 MUTANTS = {
     # 6.1: notebook 06's count for N = M and D = Dv, written with N everywhere
     "6.1 N = M": ("exact_saved_bytes", "def exact_saved_bytes(B, H, N, M, D, Dv, itemsize):\n"
@@ -110,37 +122,11 @@ MUTANTS = {
     "6.5 per row": ("causal_block_work", "def causal_block_work(n, q_block, kv_block):\n"
                     "    return (n + 1) / (2 * n)\n"),
     # 8.1: scores scaled by 1/√k (the number of slots) instead of 1/√D
-    "8.1 scale by k": ("linformer_effective_map",
-                       "import torch\n"
-                       "def linformer_effective_map(q, k, E, F, mask=None):\n"
-                       "    M = k.shape[2]\n"
-                       "    E, F = E[..., :M], F[..., :M]\n"
-                       "    if mask is not None:\n"
-                       "        k = k.masked_fill(~mask[:, None, :, None], 0.0)\n"
-                       "        F = F * mask[:, None, None, :]\n"
-                       "    s = q @ (E @ k).transpose(-2, -1) / E.shape[-2] ** 0.5\n"
-                       "    return torch.softmax(s, -1) @ F\n"),
+    "8.1 scale by k": ("linformer_effective_map", _PLAIN_MAP.format(f_mask=_F_MASK, scale="E.shape[-2]")),
     # 8.1: padded keys zeroed, but the padded positions' columns of F kept (their values would join the slots)
-    "8.1 padded values": ("linformer_effective_map",
-                          "import torch\n"
-                          "def linformer_effective_map(q, k, E, F, mask=None):\n"
-                          "    M = k.shape[2]\n"
-                          "    E, F = E[..., :M], F[..., :M]\n"
-                          "    if mask is not None:\n"
-                          "        k = k.masked_fill(~mask[:, None, :, None], 0.0)\n"
-                          "    s = q @ (E @ k).transpose(-2, -1) / q.shape[-1] ** 0.5\n"
-                          "    return torch.softmax(s, -1) @ F\n"),
+    "8.1 padded values": ("linformer_effective_map", _PLAIN_MAP.format(f_mask="", scale="q.shape[-1]")),
     # 8.1: padding handled, but a slot that holds no real position (its E and F rows zero there) kept in the softmax
-    "8.1 empty slots kept": ("linformer_effective_map",
-                             "import torch\n"
-                             "def linformer_effective_map(q, k, E, F, mask=None):\n"
-                             "    M = k.shape[2]\n"
-                             "    E, F = E[..., :M], F[..., :M]\n"
-                             "    if mask is not None:\n"
-                             "        k = k.masked_fill(~mask[:, None, :, None], 0.0)\n"
-                             "        F = F * mask[:, None, None, :]\n"
-                             "    s = q @ (E @ k).transpose(-2, -1) / q.shape[-1] ** 0.5\n"
-                             "    return torch.softmax(s, -1) @ F\n"),
+    "8.1 empty slots kept": ("linformer_effective_map", _PLAIN_MAP.format(f_mask=_F_MASK, scale="q.shape[-1]")),
     # 8.1: empty slots set to -inf before the softmax, but a sequence with no slot left gets NaN, not zeros
     "8.1 NaN on all padding": ("linformer_effective_map", _EFFECTIVE_MAP.format(
         occupied="weighs(E) | weighs(F)", weights="torch.softmax(s.masked_fill(~occupied, float('-inf')), -1)")),
