@@ -339,6 +339,7 @@ def hybrid_mix(f):
         for call, got in zip(calls, (before, after)):
             expect(isinstance(got, torch.Tensor) and tuple(got.shape) == (B, H, N, D), call,
                    f"returned {kind(got)}, expected a tensor of shape {(B, H, N, D)}")
+            expect(bool(got.isfinite().all()), call, "returned NaN or inf for finite inputs")
         expect_close(after[..., :t0, :], before[..., :t0, :], call=calls[1], atol=1e-12,
                      what=f"the outputs before position {t0} with the key and value at {t0} unchanged (a causal "
                           "mixing step cannot see a later position)")
