@@ -15,6 +15,7 @@ import os
 import re
 import signal
 import threading
+import warnings
 from dataclasses import asdict
 from pathlib import Path
 
@@ -175,8 +176,13 @@ def load_checkpoint(path, map_location="cpu"):
     if path.stat().st_size == 0:
         raise CheckpointError(f"{path} is empty (0 bytes), not a minilin checkpoint: the save that wrote it was cut "
                               f"short; train again or pass another checkpoint")
-    try:
-        return torch.load(path, map_location=map_location, weights_only=True)
+    try:  # torch warns about odd bytes (e.g. "pickle protocol 124") before it fails: keep those off a user's stderr
+        with warnings.catch_warnings(record=True) as held:
+            warnings.simplefilter("always")
+            loaded = torch.load(path, map_location=map_location, weights_only=True)
+        for w in held:  # a load that worked gives its warnings back as they were
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+        return loaded
     except OSError as err:
         raise CheckpointError(f"cannot read {path} ({err.strerror}); check its permissions") from None
     except Exception as err:  # torch raises many kinds (UnpicklingError, RuntimeError, EOFError, ...) for bad bytes

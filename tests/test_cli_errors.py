@@ -75,6 +75,8 @@ BAD = [
     ("sample-ckpt-folder", ["sample", "--ckpt", "{tmp}"], "folder"),
     ("sample-ckpt-empty", ["sample", "--ckpt", "{empty}"], "empty"),
     ("sample-ckpt-random", ["sample", "--ckpt", "{random}"], "not a minilin checkpoint"),
+    # a pickle header naming protocol 124: torch warns before it fails (os.urandom drew one in a CI run)
+    ("sample-ckpt-odd-protocol", ["sample", "--ckpt", "{odd_protocol}"], "not a minilin checkpoint"),
     ("sample-ckpt-plain-dict", ["sample", "--ckpt", "{plain_dict}"], "not a minilin checkpoint"),
     ("sample-ckpt-truncated", ["sample", "--ckpt", "{truncated}"], "not a minilin checkpoint"),
     ("sample-tokens-negative", ["sample", "--ckpt", "{ckpt}", "--tokens", "-3"], "--tokens"),
@@ -152,12 +154,14 @@ def paths(tmp_path_factory):
         torch.set_num_threads(threads)
     (tmp / "empty.pt").write_bytes(b"")
     (tmp / "random.pt").write_bytes(os.urandom(4096))
+    (tmp / "odd_protocol.pt").write_bytes(b"\x80\x7c" + bytes(range(256)) * 4)
     torch.save({"weights": torch.zeros(3)}, tmp / "plain_dict.pt")
     data = ckpt.read_bytes()
     (tmp / "truncated.pt").write_bytes(data[: len(data) // 2])
     (tmp / "short.txt").write_text("too short for a block of 32 bytes\n")
     (tmp / "a_file").write_text("a file, not a folder")
     return {"tmp": str(tmp), "ckpt": str(ckpt), "empty": str(tmp / "empty.pt"), "random": str(tmp / "random.pt"),
+            "odd_protocol": str(tmp / "odd_protocol.pt"),
             "plain_dict": str(tmp / "plain_dict.pt"), "truncated": str(tmp / "truncated.pt"),
             "text": str(tmp / "short.txt"), "file": str(tmp / "a_file")}
 
@@ -189,7 +193,8 @@ def test_bad_invocation_is_one_line_and_exit_2(name, argv, needle, paths, capsys
     check_one_line(code, out, err, argv[0], needle)
 
 
-SUBPROCESS_ROWS = ["train-steps-0", "train-data-missing", "sample-ckpt-random", "bench-lengths-text"]
+SUBPROCESS_ROWS = ["train-steps-0", "train-data-missing", "sample-ckpt-random", "sample-ckpt-odd-protocol",
+                   "bench-lengths-text"]
 
 
 @pytest.mark.parametrize("name", SUBPROCESS_ROWS)
