@@ -5,7 +5,7 @@ Shapes follow the course convention: q (B, H, N, D), k (B, H, M, D), v (B, H, M,
 Linformer's projections E, F are (k, seq_len) shared by the heads or (H, k, seq_len) one per head, seq_len >= M.
 Only minilin.attention.softmax_attention may be called here (not minilin.lowrank, nor minilin.linformer).
 
-Tasks 8.2 and 8.4 are optional: they build by hand the fixed-size state of linear attention, beside the main line.
+Tasks 8.2 and 8.4 are optional previews of notebook 09: they build by hand the fixed-size state of linear attention.
 
 Each task has three hints, from a nudge to the formula. Read one, try, and read the next only if you are stuck.
 """
@@ -25,13 +25,13 @@ def linformer_effective_map(q, k, E, F, mask=None):
     nothing to any slot (neither its key nor its value) and so receives nothing; a slot that a short sequence or
     padding leaves with no real position in its E and F rows (as pooling or selection rows can) holds no token and
     gets no weight; a query with no slot left gets zeros, never NaN.
-    Extends notebook 08, section 3 (the map whose rank is at most k) to per-head projections, sequences shorter
-    than seq_len, padding and empty slots.
+    Core (the first check): E, F shared by the heads, M = seq_len, no mask; notebook 08, section 3's map. The other
+    checks, each scored on its own, add per-head E, F, M < seq_len, padding and empty slots.
 
     Hint 1 (nudge): the layer's output is linear in v, so the map is what multiplies v. Over what does the layer's
         softmax run, the M positions or the k slots, and what carries a slot's weight back to the positions?
-    Hint 2 (plan): follow the shapes: first the (B, H, N, k) weights over the slots, then what turns k into M.
-        Settle the edge cases one at a time: which columns a shorter sequence uses; what a padded position may give
+    Hint 2 (plan): core first: the (B, H, N, k) weights over the slots, then what turns k into M. Then
+        settle the edge cases one at a time: which columns a shorter sequence uses; what a padded position may give
         a slot and receive back; which slots of each (batch, head) hold a real position, and how to keep the
         others out of the softmax without a NaN where none is left; how a head axis on E or F changes the products.
     Hint 3 (formula): a query's weights are the softmax of its scaled scores against the projected keys, taken
