@@ -2,7 +2,7 @@
 implementations agree: write what LAT computes (5.1, 5.2), move weights between a library and ours (5.3, 5.4),
 check a count against an independent counter (5.5), extend section 1's linear attention (5.6, 5.7: extend), predict
 where LAT's causal clamp starts to act and measure it on LAT (5.8: predict, then measure), and measure how sharply
-elu+1 and softmax focus (5.9). Tasks 5.4-5.7 and 5.9 are optional.
+elu+1 and softmax focus (5.9). Tasks 5.1-5.3 are the core; 5.8 is an optional challenge; 5.4-5.7 and 5.9 are optional.
 
 Implement each function, then grade yourself:  python -m minilin grade --chapter 5
 Shapes follow the course convention: q (B, H, N, D), k (B, H, M, D), v (B, H, M, Dv);
@@ -196,7 +196,8 @@ def decayed_linear_attention(q, k, v, gamma):
 
 
 def clamp_onset(q, k, bucket_size=1):
-    """Task 5.8 (predict, then measure): below which shift of the keys does LAT's clamp change its causal output?
+    """Task 5.8 (optional challenge, predict then measure): below which shift of the keys does LAT's clamp
+    change its causal output?
 
     Pitfall 2 shifted every key by −12 and saw LAT's causal_linear_attn shrink its outputs; here you predict, for
     any inputs, the shift at which that starts. Task 5.2 wrote the idealised kernel, which a common shift s of
