@@ -248,8 +248,9 @@ def hybrid_mix(q, k, v):
     run causal elu+1 linear attention.
 
     Tests notebook 07, section 7's explanation of the swap's cost: the linear model grew no previous-byte head, and
-    the fixed read of the byte before (`previous_byte_mix`) beat it. If that missing read is the cause, handing the
-    linear model one such head should close the gap; if not, it should not.
+    the fixed read of the byte before (`previous_byte_mix`) beat it. The grader checks only this mixing step, which
+    joins two of the notebook's mixing steps head by head; the task's point, your prediction and your measurement
+    below, is yours to check: no grader can.
     q, k, v: (B, H, N, D), H >= 1  ->  (B, H, N, D).
     Head 0: out[:, 0, t] = v[:, 0, t - 1] for t >= 1, and zeros at t = 0 (no byte before it, as in
     `previous_byte_mix`); head 0's q and k are not used.

@@ -184,3 +184,19 @@ def test_plot_timing_rounds_draws_medians_and_paired_ratios():
     assert list(ratio.lines[0].get_ydata()) == pytest.approx([1.25, 1.25])    # median of 2 and 0.5
     assert ratio.get_ylabel() == "sdpa-causal time / method time" and fig._suptitle.get_text() == "test"
     matplotlib.pyplot.close("all")
+
+
+def test_plot_attention_maps_shares_one_scale_and_labels():
+    import torch
+    labels = list("abcd")
+    maps = [("head 0", torch.eye(4)), ("head 1", torch.full((4, 4), 0.25))]
+    fig = plots.plot_attention_maps(maps, labels, suptitle="two heads")
+    images = [ax.images[0] for ax in fig.axes if ax.images]
+    assert len(images) == 2                                             # one image per panel, plus a colour bar
+    assert {(im.norm.vmin, im.norm.vmax) for im in images} == {(0.0, 1.0)}   # one colour scale
+    assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == labels
+    assert [ax.get_title() for ax in fig.axes[:2]] == ["head 0", "head 1"]
+    assert (images[0].get_array() == torch.eye(4).numpy()).all()       # the weights, not a transpose or a copy of another
+    with pytest.raises(ValueError, match="3 labels"):
+        plots.plot_attention_maps(maps, labels[:3])
+    matplotlib.pyplot.close("all")

@@ -1,0 +1,55 @@
+"""results/reference/lm_swap_*.csv (notebook 07's stored runs): what the notebook's first appendix and section 7
+say about them, checked on the files themselves."""
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+REFERENCE = Path(__file__).resolve().parents[1] / "results" / "reference"
+
+
+def runs(name, index):
+    frame = pd.read_csv(REFERENCE / name, comment="#")
+    return frame.pivot(index=index, columns="mixing", values="val_bits_per_byte")
+
+
+def claims(grid):
+    """The first appendix's statements about a (lr, seed) x mixing table; the failed ones by name."""
+    lo, hi = grid.groupby("lr").min(), grid.groupby("lr").max()
+    checks = {
+        "no run ends in NaN": grid.notna().all().all(),
+        "1e-2 is every model's best rate": (grid.groupby("lr").mean().idxmin() == 0.01).all(),
+        "linear behind exact on every seed, every rate": (lo["linear"] > hi["exact"]).all(),
+        "exact and the previous-byte read overlap at 1e-2":
+            lo.loc[0.01, "exact"] < hi.loc[0.01, "previous"] and lo.loc[0.01, "previous"] < hi.loc[0.01, "exact"],
+        "linear behind the previous-byte read on every seed, every rate": (lo["linear"] > hi["previous"]).all(),
+    }
+    return [name for name, ok in checks.items() if not ok]
+
+
+def test_the_rate_grid_says_what_the_appendix_says():
+    grid = runs("lm_swap_lr_grid.csv", ["lr", "seed"])
+    assert claims(grid) == []
+    assert grid.loc[0.003].equals(runs("lm_swap_seeds.csv", "seed"))     # section 7's stored seeds are its 3e-3 rows
+
+
+def test_the_claims_can_fail():
+    grid = runs("lm_swap_lr_grid.csv", ["lr", "seed"])
+    broken = grid.copy()
+    broken.loc[(0.001, 0), "linear"] = 2.0                                # one linear seed ahead of exact
+    assert "linear behind exact on every seed, every rate" in claims(broken)
+    broken.loc[(0.01, 1), "exact"] = float("nan")
+    assert "no run ends in NaN" in claims(broken)
+
+
+def test_longer_runs_start_from_the_stored_seeds():
+    long = runs("lm_swap_long.csv", ["step", "seed"])
+    seeds = runs("lm_swap_seeds.csv", "seed")
+    gap = long["linear"] - long["exact"]
+    for m in ("exact", "linear"):
+        assert (long.loc[400, m] - seeds[m]).abs().max() < 0.05             # step 400 of the same runs
+    assert (gap > 0).all() and gap.groupby("step").mean().is_monotonic_decreasing   # the gap shrinks, stays > 0
+
+
+if __name__ == "__main__":
+    pytest.main([__file__])
