@@ -53,14 +53,14 @@ def flop_crossover(method, dim_head, size=None):
     method: "performer" (FAVOR+, `size` = m random features), "linear" (elu+1, `size` unused) or "linformer"
     (`size` = k projected positions); dim_head: D  ->  an int n >= 2, self-attention (N = M = n), counted as
     FlopCounterMode counts them (matrix products only). Raise ValueError for any other method.
-    Uses which products each method computes (notebooks 03 and 04) and what FlopCounterMode counts (notebook 06,
-    section 4); the grader checks your n with minilin.bench.model_case at n and at n - 1.
+    The products are minilin's: FAVOR+ maps q and k with its (m, D) projection; FAVOR+ and elu+1 get their
+    normaliser from the values' product by appending a column of ones to v (D + 1 columns); Linformer projects K
+    and V with (k, n) matrices. The grader checks your n with minilin.bench.model_case at n and at n - 1.
 
     Hint 1 (nudge): per head, exact attention counts a multiple of n², each linear method a multiple of n. Where is
         one below the other?
-    Hint 2 (plan): list the matrix products of each method and the shapes of their factors (the linear
-        attentions append a column of ones to the values to get their normaliser), count each product's FLOPs,
-        and compare the per-head totals of the method and of exact attention as n grows.
+    Hint 2 (plan): list the matrix products of each method and the shapes of their factors, count each
+        product's FLOPs, and compare the per-head totals of the method and of exact attention as n grows.
     Hint 3 (formula): in words, the comparison reduces to n against one number that depends on the method and
         D; take care where the two counts are equal, since the task asks for strictly fewer.
     """

@@ -395,10 +395,11 @@ def plot_lines(df, metrics, *, methods=None, title=None, notes=(), height=3.2):
 def plot_timing_rounds(samples, noncausal, causal, *, rounds, suptitle):
     """Notebook 06's timing figure from `minilin.bench.interleaved_rounds` samples; returns the Figure.
 
-    samples: {(method, n): seconds per call, one value per round}; noncausal, causal: method names, the first of
-    `causal` the baseline of the third panel. Panels: forward time per call of the non-causal and of the causal
-    methods (median of the rounds, band: 25th-75th percentile), then each other causal method's paired ratio,
-    baseline time / method time in the same round (median, bar: 25th-75th percentile; above 1: faster).
+    samples: {(method, n): seconds per call, one value per round}; noncausal, causal: method names (either may be
+    empty: its panels are left out), the first of `causal` the baseline of the ratio panel. Panels: forward time per
+    call of the non-causal and of the causal methods (median of the rounds, band: 25th-75th percentile), then each
+    other causal method's paired ratio, baseline time / method time in the same round (median, bar: 25th-75th
+    percentile; above 1: faster).
     """
     import matplotlib.ticker
     import numpy as np
@@ -407,8 +408,11 @@ def plot_timing_rounds(samples, noncausal, causal, *, rounds, suptitle):
         return tuple(float(x) for x in np.percentile(values, [25, 50, 75]))
 
     plain = matplotlib.ticker.FuncFormatter(lambda x, _: f"{x:g}")
-    fig, axes = plt.subplots(1, 3, figsize=(14, 4.3))
-    for ax, names, kind in ((axes[0], noncausal, "non-causal"), (axes[1], causal, "causal")):
+    groups = [(names, kind) for names, kind in ((noncausal, "non-causal"), (causal, "causal")) if names]
+    fig, axes = plt.subplots(1, len(groups) + bool(causal), figsize=(4.7 * (len(groups) + bool(causal)), 4.3),
+                             squeeze=False)
+    axes = axes[0]
+    for ax, (names, kind) in zip(axes, groups):
         styles = line_styles(names)  # the colours and markers of the model's figures
         for i, name in enumerate(names):  # a line style each and shrinking markers: near-equal times stay visible
             ns = sorted(n for (method, n) in samples if method == name)
@@ -423,7 +427,11 @@ def plot_timing_rounds(samples, noncausal, causal, *, rounds, suptitle):
         ax.legend(fontsize=8, loc="upper left")
         ax.yaxis.set_major_formatter(plain)
         ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())  # plain numbers only, no 3x10^0 beside 4
-    ax, lowest, base = axes[2], 1.0, causal[0]
+    if not causal:
+        fig.suptitle(suptitle, fontsize=10)
+        fig.tight_layout()
+        return fig
+    ax, lowest, base = axes[-1], 1.0, causal[0]
     lengths = sorted(n for (method, n) in samples if method == base)
     for name in causal[1:]:
         lo, med, hi = np.array([spread(np.asarray(samples[base, n]) / np.asarray(samples[name, n]))

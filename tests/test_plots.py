@@ -183,6 +183,10 @@ def test_plot_timing_rounds_draws_medians_and_paired_ratios():
     assert list(first.lines[0].get_ydata()) == pytest.approx([2.0, 2.0])      # median of 1 and 3 ms
     assert list(ratio.lines[0].get_ydata()) == pytest.approx([1.25, 1.25])    # median of 2 and 0.5
     assert ratio.get_ylabel() == "sdpa-causal time / method time" and fig._suptitle.get_text() == "test"
+    alone = plots.plot_timing_rounds(samples, ("exact",), (), rounds=2, suptitle="test")   # one group, its panel only
+    assert len(alone.axes) == 1 and list(alone.axes[0].lines[0].get_ydata()) == pytest.approx([2.0, 2.0])
+    causal = plots.plot_timing_rounds(samples, (), ("sdpa-causal", "performer-causal"), rounds=2, suptitle="test")
+    assert len(causal.axes) == 2 and list(causal.axes[1].lines[0].get_ydata()) == pytest.approx([1.25, 1.25])
     matplotlib.pyplot.close("all")
 
 

@@ -86,6 +86,15 @@ MUTANTS = {
                                             "    if method not in c:\n"
                                             "        raise ValueError(method)\n"
                                             "    return c[method](size) // (4 * D) + 1\n"),
+    # 6.3: the normaliser's column of ones (named in the statement) left out: v taken as D columns, not D + 1
+    "6.3 no ones column": ("flop_crossover", "def flop_crossover(method, dim_head, size=None):\n"
+                                             "    D = dim_head\n"
+                                             "    c = {'performer': lambda m: 4 * D * m + 4 * m * D,\n"
+                                             "         'linear': lambda _: 4 * D * D,\n"
+                                             "         'linformer': lambda k: 8 * k * D}\n"
+                                             "    if method not in c:\n"
+                                             "        raise ValueError(method)\n"
+                                             "    return c[method](size) // (4 * D) + 1\n"),
     # 6.4: each block's probabilities normalised within the block (its own softmax), not by the saved lse
     "6.4 tile softmax": ("blocked_attention_backward", _backward(
         p="torch.softmax(q @ kb.transpose(-2, -1) * c, -1)")),
