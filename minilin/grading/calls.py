@@ -18,6 +18,7 @@ import zipfile
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils.flop_counter import FlopCounterMode
 
 TAG = "__minilin__"  # marks an encoded non-plain value (an opaque object, a meta tensor, an expected exception)
 MAX_DEPTH = 40
@@ -154,11 +155,13 @@ class LargestOp(TorchDispatchMode):
     included): an (N, M) score matrix built without a matrix product, by broadcasting, shows up here. Also the
     peak of live bytes (`peak_bytes`): each new storage an operator returns, counted until it is freed, as
     minilin.bench.LiveBytes counts them, so many small tensors kept alive at once show up too. And `ops`, the
-    number of operators run (views included): a loop over tokens runs at least one per token."""
+    number of operators run (views included): a loop over tokens runs at least one per token. And `produced`, the
+    elements of every new storage the operators return: the elementwise work, which a matrix formed by broadcasting
+    shows as FLOPs do not."""
 
     def __init__(self):
         super().__init__()
-        self.largest, self.live, self.current, self.peak_bytes, self.ops = 0, {}, 0, 0, 0
+        self.largest, self.live, self.current, self.peak_bytes, self.ops, self.produced = 0, {}, 0, 0, 0, 0
 
     def _free(self, key):
         self.current -= self.live.pop(key, 0)
@@ -175,6 +178,7 @@ class LargestOp(TorchDispatchMode):
                 if key in seen or key in self.live:  # a view or an in-place result: no new memory
                     continue
                 self.live[key] = storage.nbytes()
+                self.produced += t.numel()
                 self.current += self.live[key]
                 self.peak_bytes = max(self.peak_bytes, self.current)
                 weakref.finalize(storage, self._free, key)
@@ -187,10 +191,11 @@ def _capture(call, fn, args, kwargs):
     if call.capture == "each":
         return [fn(*a, **kw) for a, kw in args[0]]
     if call.capture == "matmul_shapes":
-        with MatmulSpy() as spy, LargestOp() as sizes:
+        with MatmulSpy() as spy, LargestOp() as sizes, FlopCounterMode(display=False) as flops:
             out = fn(*args, **kwargs)
         return {"products": spy.products, "shape": tuple(getattr(out, "shape", ())), "largest": sizes.largest,
-                "peak_bytes": sizes.peak_bytes, "ops": sizes.ops}
+                "peak_bytes": sizes.peak_bytes, "ops": sizes.ops, "produced": sizes.produced,
+                "flops": flops.get_total_flops()}
     if call.capture == "load_kwargs":  # torch.load's arguments as passed: its weights_only default changed in 2.6
         real, seen = torch.load, []
 

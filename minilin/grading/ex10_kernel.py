@@ -4,7 +4,8 @@ Task 10.1 (the anti-causal scan of the backward, in chunks: notebook 10 builds o
 FLOPs and bytes of the two backward scans: the notebook counts only the forward; the chapter's predict task) are
 extend tasks. Comparisons are in float64 on O(1) values: round-off is far below TOL = 1e-10. Task 10.1's checks also
 count the operators the learner's function dispatches: a chunked form runs as many on one chunk of 64 tokens as on
-one chunk of 8, a token loop eight times as many.
+one chunk of 8, a token loop eight times as many; and its work per token: flat in N with a carried state, growing
+with N without one.
 """
 import math
 
@@ -40,9 +41,11 @@ def log_gates(*shape, seed, shift=0.0):
     return F.logsigmoid(rand(*shape, seed=seed) + shift)
 
 
-def chunked_not_looped(one_chunk_64, one_chunk_8, chunks_of_8):
-    """A step: one chunk of 64 tokens dispatches under twice the operators of one chunk of 8 (a token loop: 8x),
-    and no tensor holds N·N elements (one head's whole matrix) at N = 64 with chunks of 8."""
+def chunked_not_looped(one_chunk_64, one_chunk_8, chunks_of_8, chunks_of_8_long):
+    """A step: one chunk of 64 tokens dispatches under twice the operators of one chunk of 8 (a token loop: 8x);
+    no tensor holds N·N elements (one head's whole matrix) at N = 64 with chunks of 8; and from N = 64 to N = 256
+    with chunks of 8, the matrix-product FLOPs and the elements the operators produce grow at most 1.5x per token
+    (a carried state: flat; each chunk against all later keys, or the later state summed again each chunk: N x)."""
     def judge(*got):
         expect(all(isinstance(g, dict) and isinstance(g.get("ops"), int) for g in got), one_chunk_64,
                f"returned {kind(got[0])}; expected the function's output")
@@ -54,7 +57,13 @@ def chunked_not_looped(one_chunk_64, one_chunk_8, chunks_of_8):
         expect(largest < full, chunks_of_8, f"an intermediate tensor of {largest} elements at N = 64 with chunks "
                f"of 8, as many as N·N = {full}: a whole (N x N) matrix, for one head or more (a loop over batches "
                f"or heads does not avoid it); work within chunks")
-    return check(one_chunk_64, one_chunk_8, chunks_of_8, judge=judge)
+        for key, what in (("flops", "matrix-product FLOPs"), ("produced", "elements produced by the operators")):
+            at_64, at_256 = got[2].get(key, 0) / 64, got[3].get(key, 0) / 256
+            expect(at_256 <= 1.5 * at_64, chunks_of_8_long, f"{what} per token: {at_64:.0f} at N = 64 and "
+                   f"{at_256:.0f} at N = 256, chunks of 8: the work per token grows with N, as it does when each "
+                   f"chunk meets all the later keys (or sums their state again); carry one state from chunk to "
+                   f"chunk, decayed and updated once per chunk")
+    return check(one_chunk_64, one_chunk_8, chunks_of_8, chunks_of_8_long, judge=judge)
 
 
 # --- 10.1 --------------------------------------------------------------------------------------------------------
@@ -87,9 +96,10 @@ def reverse_scan(f):
     yield close(f(v4, do, q4, g4, 5), dk, what="dk of the forward scan by autograd: reverse_scan(v, do, q, log_decay)")
     yield close(f(k4, q4, do, g4, 5), dv, what="dv of the forward scan by autograd: reverse_scan(k, q, do, log_decay)")
     b, h = 2, 2
-    long, short = ([rand(b, h, n, 4, seed=22 + i) for i in range(3)] + [log_gates(b, h, n, seed=25)] for n in (64, 8))
+    long, short, longer = ([rand(b, h, n, 4, seed=22 + i) for i in range(3)] + [log_gates(b, h, n, seed=25)]
+                           for n in (64, 8, 256))
     yield chunked_not_looped(captured(f(*long, 64), "matmul_shapes"), captured(f(*short, 8), "matmul_shapes"),
-                             captured(f(*long, 8), "matmul_shapes"))
+                             captured(f(*long, 8), "matmul_shapes"), captured(f(*longer, 8), "matmul_shapes"))
 
 
 # --- 10.2 --------------------------------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """Plausible wrong answers to chapter 10's tasks: each must fail its task's checks (the MUTANTS pattern of
 test_exercises.py). Each mutant is solutions/ex10_kernel.py with one line changed: a mistake that no decay, one
-chunk or gentle gates would let through; and a token loop, right in every value, where a chunked form is asked. A
-student copy of the course has no solutions/: there these tests are skipped (needs_solutions)."""
+chunk or gentle gates would let through; and a token loop and a slab of all later keys with no carried state, right
+in every value, where a chunked form is asked. A student copy of the course has no solutions/: there these tests are skipped (needs_solutions)."""
 from pathlib import Path
 
 import pytest
@@ -19,6 +19,16 @@ TOKEN_LOOP = '''    B, H, N, Dk = q.shape
         outs.append(torch.einsum("bhd,bhdv->bhv", q[:, :, t], state))
         state = torch.exp(g[:, :, t])[..., None, None] * state
     return torch.stack(outs[::-1], dim=2)
+'''
+LATER_KEYS = '''    N = q.shape[2]
+    g = q.new_zeros(q.shape[:3]) if log_decay is None else log_decay
+    cum, out = g.cumsum(-1), []
+    for s in range(0, N, chunk_size):  # each query chunk against all later keys, one (c x N) slab: no state
+        e = min(s + chunk_size, N)
+        rows, cols = torch.arange(s, e)[:, None], torch.arange(s, N)[None, :]
+        w = torch.exp((cum[..., None, s:] - cum[..., s:e, None]).masked_fill(cols < rows, -math.inf))
+        out.append(((q[:, :, s:e] @ k[:, :, s:].transpose(-1, -2)) * w) @ v[:, :, s:])
+    return torch.cat(out, 2)
 '''
 
 MUTANTS = {
@@ -47,6 +57,12 @@ MUTANTS = {
         "    B, H, N, Dk = q.shape\n    g = q.new_zeros(B, H, N) if log_decay is None else log_decay\n"
         "    carried = q.new_zeros(B, H, Dk, v.shape[-1])",
         TOKEN_LOOP + "    carried = None"),
+    # 10.1: no carried state: each query chunk against all later keys as one (c x N) slab (every value right,
+    # no N x N tensor, O(N^2) work)
+    "10.1 later keys as a slab": (
+        "    B, H, N, Dk = q.shape\n    g = q.new_zeros(B, H, N) if log_decay is None else log_decay\n"
+        "    carried = q.new_zeros(B, H, Dk, v.shape[-1])",
+        LATER_KEYS + "    B, H, N, Dk = q.shape\n    carried = None"),
     # 10.2: the chunks rounded down (a ragged last chunk forgotten)
     "10.2 floor": ("    chunks = -(-n // chunk)", "    chunks = n // chunk"),
     # 10.2: only the dq scan counted (the forward's size)
@@ -84,6 +100,7 @@ def test_the_mutants_are_right_somewhere():
     gate = torch.nn.functional.logsigmoid(torch.randn(2, 2, 9, generator=g, dtype=torch.float64))
     right = solved["reverse_scan"](q, k, v, gate, 4)
     assert torch.allclose(load("10.1 token loop")["reverse_scan"](q, k, v, gate, 4), right, atol=1e-12)
+    assert torch.allclose(load("10.1 later keys as a slab")["reverse_scan"](q, k, v, gate, 4), right, atol=1e-12)
     assert torch.allclose(load("10.1 causal mask")["reverse_scan"](q, k, v, gate, 1), right, atol=1e-12)
     assert torch.allclose(load("10.1 factored exponentials")["reverse_scan"](q, k, v, gate, 4), right, atol=1e-12)
     for name in ("10.1 state not decayed", "10.1 read not decayed", "10.1 keys decayed to the end"):
