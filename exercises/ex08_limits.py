@@ -6,6 +6,7 @@ Linformer's projections E, F are (k, seq_len) shared by the heads or (H, k, seq_
 Only minilin.attention.softmax_attention may be called here (not minilin.lowrank, nor minilin.linformer).
 
 Tasks 8.2 and 8.4 are optional previews of notebook 09: they build by hand the fixed-size state of linear attention.
+Tasks 8.2 and 8.3 are extend tasks (the grader's mark): no notebook cell solves them.
 
 Each task has three hints, from a nudge to the formula. Read one, try, and read the next only if you are stuck.
 """
@@ -25,8 +26,9 @@ def linformer_effective_map(q, k, E, F, mask=None):
     nothing to any slot (neither its key nor its value) and so receives nothing; a slot that a short sequence or
     padding leaves with no real position in its E and F rows (as pooling or selection rows can) holds no token and
     gets no weight; a query with no slot left gets zeros, never NaN.
-    Core (the first check): E, F shared by the heads, M = seq_len, no mask; notebook 08, section 3's map. The other
-    checks, each scored on its own, add per-head E, F, M < seq_len, padding and empty slots.
+    Core: the first check (E, F shared by the heads, M = seq_len, no mask; notebook 08, section 3's map) and the
+    rank check (your map times v is the layer's output, rank at most k). The other checks, each scored on its own,
+    test minilin's conventions: per-head E, F, M < seq_len and padding as in Task 3.2, then empty slots.
 
     Hint 1 (nudge): the layer's output is linear in v, so the map is what multiplies v. Over what does the layer's
         softmax run, the M positions or the k slots, and what carries a slot's weight back to the positions?
@@ -90,7 +92,7 @@ def copy_sharpness(v, positions, tol):
     smallest s >= 0 at which every entry of that output is within `tol` of v[..., positions, :] (to 1e-6 in s; 0.0
     when s = 0 already meets it). Predict first: for 16 slots and tol 1e-3, is s nearer 5, 10 or 50, and how does
     it grow with the number of slots?
-    Extends notebook 08's appendix on a copying Linformer, whose queries never single out their slot unaided: how
+    Extends notebook 08's appendix on a copying Linformer, whose queries do not fully single out their slot unaided: how
     large must the gap between the own score and the others be, for a copy to a given precision?
 
     Hint 1 (nudge): nothing here needs training. At sharpness s every row puts one weight on its own slot and

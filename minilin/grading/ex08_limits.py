@@ -6,7 +6,8 @@ only for one unpadded model, through limits.effective_map); 8.2 (associative rec
 linear-attention state, exact for orthonormal keys and failing past p = D) and 8.3 (how sharp the scores of a
 Linformer whose E = F select chosen positions must be to copy them to a tolerance) are extend tasks: the chapter's
 idea on a case no notebook cell solves; 8.4 measures how many pairs a state of dimension D holds (predict, then
-measure, over 50 draws).
+measure, over 50 draws). 8.2 and 8.4 are optional previews of notebook 09. Task 8.1's core is its first check and the
+rank check (its fifth); the others test minilin's padding and empty-slot conventions.
 """
 import itertools
 import math
