@@ -479,3 +479,44 @@ def plot_attention_maps(panels, labels, *, suptitle=None, gamma=0.5):
     if suptitle:
         fig.suptitle(suptitle, fontsize=10)
     return fig
+
+
+CHUNK_TILE_KINDS = ("future: zero (causal mask)", "inside a chunk: a masked c x c tile",
+                    "earlier chunks: through the carried state S")
+
+
+def chunk_tile_kinds(n, c):
+    """(n, n) ints: 0 where key j is after query i, 1 in the diagonal c x c tiles (j <= i, same chunk),
+    2 below them (j in an earlier chunk than i), the part a chunked scan reads from its D x D state."""
+    return [[0 if j > i else (1 if i // c == j // c else 2) for j in range(n)] for i in range(n)]
+
+
+def plot_chunk_tiles(n=8, c=2):
+    """The chunked causal scan as a picture: the n x n grid of (query i, key j) pairs, coloured by how the scan
+    reaches each (CHUNK_TILE_KINDS), chunk boundaries drawn, and one arrow per state hand-over between the
+    numbered chunks that a program walks in order. Returns the Figure."""
+    from matplotlib.colors import ListedColormap
+    from matplotlib.patches import Patch
+
+    colours = ["white", "tab:orange", "tab:blue"]
+    fig, ax = plt.subplots(figsize=(4.8, 5.4), layout="constrained")
+    ax.imshow(chunk_tile_kinds(n, c), cmap=ListedColormap(colours), vmin=0, vmax=2, interpolation="nearest")
+    ax.grid(False)
+    for edge in range(c, n, c):
+        ax.axhline(edge - 0.5, color="black", lw=1)
+        ax.axvline(edge - 0.5, color="black", lw=1)
+    corners = [(t, min(t + c, n) - 1) for t in range(0, n, c)]  # (key, query) of each tile's lower-left pair
+    for step, (x, y) in enumerate(corners, 1):
+        ax.text(x, y, str(step), ha="center", va="center", fontsize=12, weight="bold")
+    for (x0, y0), (x1, y1) in zip(corners, corners[1:]):
+        ax.annotate("", xy=(x1 - 0.3, y1 - 0.3), xytext=(x0 + 0.3, y0 + 0.3),
+                    arrowprops={"arrowstyle": "->", "lw": 1.5, "color": "black"})
+    ax.set_xticks(range(n))
+    ax.set_yticks(range(n))
+    ax.set_xlabel("key j (token)")
+    ax.set_ylabel("query i (token)")
+    ax.set_title(f"N = {n} tokens, chunks of c = {c}: one program walks chunks\n"
+                 "1, 2, ... in order; each arrow hands the state S on", fontsize=9)
+    ax.legend([Patch(facecolor=col, edgecolor="black") for col in colours], CHUNK_TILE_KINDS, fontsize=8,
+              loc="upper center", bbox_to_anchor=(0.5, -0.12))
+    return fig

@@ -204,3 +204,17 @@ def test_plot_attention_maps_shares_one_scale_and_labels():
     with pytest.raises(ValueError, match="3 labels"):
         plots.plot_attention_maps(maps, labels[:3])
     matplotlib.pyplot.close("all")
+
+
+def test_chunk_tiles_colour_each_pair_by_how_the_scan_reaches_it():
+    fig = plots.plot_chunk_tiles(8, 2)
+    ax = fig.axes[0]
+    kinds = ax.images[0].get_array()
+    counts = [int((kinds == k).sum()) for k in range(3)]
+    assert counts == [28, 12, 24]  # 28 future pairs; 4 tiles of 3 causal pairs; the other 24 of the 36 causal pairs
+    assert kinds[1, 0] == 1 and kinds[2, 1] == 2 and kinds[0, 1] == 0 and kinds[7, 6] == 1 and kinds[7, 5] == 2
+    assert len([t for t in ax.texts if t.get_text().isdigit()]) == 4  # the chunks, numbered 1..4
+    assert len([c for c in ax.get_children() if type(c).__name__ == "Annotation"]) == 3  # three hand-overs of S
+    assert plots.chunk_tile_kinds(5, 2)[4] == [2, 2, 2, 2, 1]  # a ragged last chunk of one token
+    import matplotlib.pyplot as plt
+    plt.close(fig)
