@@ -1,9 +1,9 @@
 """Exercises for notebook 07. Core: the loss and the schedule of the training loop (Tasks 7.3 and 7.5), the chapter's
 decoding idea on a new attention (Task 7.8: one recurrent step with a state of constant size), a prediction of its
-decoding finding on new sizes (Task 7.9), and a test of its explanation of the swap's cost (Task 7.10: give linear
-attention a fixed previous-byte head; predict, then measure). Optional: LM plumbing, 7.1 (cut text to a byte budget),
-7.2 (targets across documents) and 7.6 (checkpoints); 7.4 (masked-LM corruption) and 7.7 (nucleus sampling, an
-extend task: use the idea on a new case).
+decoding finding on new sizes (Task 7.9), and a test of its explanation of the swap's cost (Task 7.10, an extend
+task: token shift lets linear attention read the previous byte; predict, then measure). Optional: LM plumbing,
+7.1 (cut text to a byte budget), 7.2 (targets across documents) and 7.6 (checkpoints); 7.4 (masked-LM corruption)
+and 7.7 (nucleus sampling, an extend task: use the idea on a new case).
 
 Implement each function, then grade yourself:  python -m minilin grade --chapter 7
 Conventions (see minilin/data.py): tokens are UTF-8 bytes (ids 0..255), MASK_ID = 256 marks a hidden
@@ -243,38 +243,40 @@ def predicted_crossover(heads, head_dim, features):
     raise NotImplementedError("Task 7.9")
 
 
-def hybrid_mix(q, k, v):
-    """Task 7.10 (predict, then measure): a mixing step whose head 0 reads the previous byte and whose other heads
-    run causal elu+1 linear attention.
+def shifted_linear_mix(q, k, v, mu):
+    """Task 7.10 (predict, then measure; an extend task): causal elu+1 linear attention whose keys and values are
+    first mixed with the previous position's (token shift, as in RWKV).
 
     Tests notebook 07, section 7's explanation of the swap's cost: the linear model grew no previous-byte head, and
-    the fixed read of the byte before (`previous_byte_mix`) beat it. The grader checks only this mixing step, which
-    joins two of the notebook's mixing steps head by head; the task's point, your prediction and your measurement
-    below, is yours to check: no grader can.
-    q, k, v: (B, H, N, D), H >= 1  ->  (B, H, N, D).
-    Head 0: out[:, 0, t] = v[:, 0, t - 1] for t >= 1, and zeros at t = 0 (no byte before it, as in
-    `previous_byte_mix`); head 0's q and k are not used.
-    Heads 1..H-1: out_i = Σ_{j ≤ i} (φ(q_i)·φ(k_j)) v_j / Σ_{j ≤ i} φ(q_i)·φ(k_j) with φ(x) = elu(x) + 1 and no
-    1/√D (notebook 05, §1). Do not call minilin here. The checks compare with minilin's elu+1 linear attention
-    (heads 1..H-1) and a shift (head 0) in float64 on two shapes and at H = 1 (the fixed read alone), and change
-    the key and value at one position: no earlier output may move, and that position must be read.
+    the fixed read of the byte before (`previous_byte_mix`) beat it. With mu < 1, token shift puts the previous
+    byte's key and value into every position's own slot, so no head has to find it. The grader checks only this
+    mixing step; the task's point, your prediction and your measurement below, is yours to check: no grader can.
+    q, k, v: (B, H, N, D); mu: a float in [0, 1], or a (H,) tensor, one per head  ->  (B, H, N, D).
+    k'_t = mu·k_t + (1 - mu)·k_{t-1} and v'_t = mu·v_t + (1 - mu)·v_{t-1}, with k_{-1} = v_{-1} = 0; then
+    out_i = Σ_{j ≤ i} (φ(q_i)·φ(k'_j)) v'_j / Σ_{j ≤ i} φ(q_i)·φ(k'_j) with φ(x) = elu(x) + 1 and no 1/√D
+    (notebook 05, §1). mu = 1 is plain linear attention. Do not call minilin here. The checks compare with minilin's
+    elu+1 linear attention on shifted keys and values in float64, on two shapes with a scalar and a per-head mu, at
+    mu = 1 and mu = 0, and change the key and value at one position: no earlier output may move, and that position
+    must be read.
 
     Then measure, in a cell of your own below section 7 (paste the function or import it from this file). Before
-    you run anything, write down your prediction: after the same 400 steps, will the gap between the hybrid's bits
-    per byte and exact attention's be about section 7's linear-minus-exact gap, about half of it, or close to
-    nothing? Then train the notebook's model with your mixing step (`train_lm(hybrid_mix)`, about a minute on a
-    laptop CPU) and compare the last validation scores. For a fair baseline, also train exact attention with the
-    same head 0 replaced (your own mixing step: the fixed read in head 0, `causal_softmax_mix` in the others):
-    how much of section 7's gap is left, and what does that say about its explanation?
+    you run anything, write down your prediction: after the same 400 steps, will the gap between the shifted model's
+    bits per byte and exact attention's be about section 7's linear-minus-exact gap, about half of it, or close to
+    nothing? Then train the notebook's model with your mixing step (`train_lm(lambda q, k, v:
+    shifted_linear_mix(q, k, v, 0.5))`, about a minute on a laptop CPU) and compare the last validation scores. For
+    a fair baseline, also train exact attention on the same shifted keys and values (your own mixing step: the
+    shift, then `causal_softmax_mix`): how much of section 7's gap is left, and what does that say about its
+    explanation?
 
-    Hint 1 (nudge): the two parts share nothing but the tensor they are written into: which slice of the head
-        axis does each read, and which does it fill? Head 0 needs no scores at all: what move along the position
-        axis gives every position its predecessor's value?
-    Hint 2 (plan): build the two parts separately, then join them along the head axis. Head 0 only moves values;
-        the other heads need the features of their queries and keys and a way to keep each position from the later
-        ones (the notebook's masked form, or running sums over positions). Before training, test on a small input
-        that changing position i + 1 leaves position i's output alone.
-    Hint 3 (formula): head 0 at position t is head 0's value at t - 1 (zero at t = 0). Another head at position
-        i is the sum over j up to i of the weight φ(q_i)·φ(k_j) times v_j, divided by the sum of those weights.
+    Hint 1 (nudge): the shift and the attention are two separate steps. What move along the position axis gives
+        every position its predecessor's key, with zeros at position 0? And how does a mu of shape (H,) line up
+        with the head axis of a (B, H, N, D) tensor?
+    Hint 2 (plan): make the previous-position keys and values (shift by one along N, zeros first); mix each with
+        the current ones by mu (a float, or the per-head values shaped to broadcast over B, N and D); then run causal
+        elu+1 linear attention on q and the mixed keys and values (the notebook's masked form, or running sums over
+        positions). Before training, test on a small input that changing position i + 1 leaves position i alone.
+    Hint 3 (formula): the mixed key at t is mu times the key at t plus (1 - mu) times the key at t - 1 (zero at
+        t = 0), and the same for values. Position i's output is the sum over j up to i of the weight φ(q_i)·φ(k'_j)
+        times v'_j, divided by the sum of those weights.
     """
     raise NotImplementedError("Task 7.10")

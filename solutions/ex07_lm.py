@@ -1,5 +1,5 @@
 """Solutions for notebook 07 (exercises/ex07_lm.py): the pieces of a byte-level LM's training loop, decoding, and a
-hybrid mixing step."""
+token-shift mixing step."""
 import os
 from pathlib import Path
 
@@ -102,12 +102,15 @@ def predicted_crossover(heads, head_dim, features):
     return (features * head_dim + 2 * features) // (2 * head_dim) + 1
 
 
-def hybrid_mix(q, k, v):
-    """Task 7.10: head 0 the value one position back (zeros at 0); heads 1.. causal elu+1 by prefix sums."""
-    fixed = torch.zeros_like(v[:, :1])
-    fixed[:, :, 1:] = v[:, :1, :-1]  # (B, 1, N, D)
-    fq, fk = (torch.nn.functional.elu(t[:, 1:]) + 1 for t in (q, k))  # (B, H-1, N, D)
-    S = torch.einsum("bhnd,bhne->bhnde", fk, v[:, 1:]).cumsum(dim=2)  # Σ_{j<=n} φ(k_j) v_jᵀ
+def shifted_linear_mix(q, k, v, mu):
+    """Task 7.10: keys and values mixed with the previous position's by mu (zeros before position 0), then causal
+    elu+1 linear attention by prefix sums."""
+    if isinstance(mu, torch.Tensor):
+        mu = mu.to(q).reshape(1, -1, 1, 1)  # (1, H, 1, 1): one mu per head, on q's device
+    earlier = lambda t: torch.cat([torch.zeros_like(t[:, :, :1]), t[:, :, :-1]], dim=2)  # t_{n-1}, zeros at 0
+    k_mix, v_mix = (mu * t + (1 - mu) * earlier(t) for t in (k, v))
+    fq, fk = (torch.nn.functional.elu(t) + 1 for t in (q, k_mix))  # (B, H, N, D)
+    S = torch.einsum("bhnd,bhne->bhnde", fk, v_mix).cumsum(dim=2)  # Σ_{j<=n} φ(k'_j) v'_jᵀ
     num = torch.einsum("bhnd,bhnde->bhne", fq, S)
     den = (fq * fk.cumsum(dim=2)).sum(dim=-1, keepdim=True)
-    return torch.cat([fixed, num / den], dim=1)
+    return num / den

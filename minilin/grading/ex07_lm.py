@@ -1,5 +1,5 @@
 """Checks for exercises/ex07_lm.py (Tasks 7.1-7.10), against minilin.model, minilin.efficient, TinyLM's decoding
-states (7.9), minilin.linear (7.10), and loops written here (7.1, 7.2, 7.5, 7.7)."""
+states (7.9), minilin.linear on shifted keys and values (7.10), and loops written here (7.1, 7.2, 7.5, 7.7)."""
 import dataclasses
 import math
 
@@ -306,34 +306,40 @@ def predicted_crossover(f):
                          f"{features} features)")
 
 
-def hybrid_reference(q, k, v):
-    """Head 0: the value one position back (zeros at position 0); heads 1..H-1: minilin's causal elu+1 linear
-    attention. (B, H, N, D) -> (B, H, N, D)"""
+def shifted_reference(q, k, v, mu):
+    """Token shift, then minilin's causal elu+1 linear attention: k'_t = mu·k_t + (1 - mu)·k_{t-1} and v'_t alike
+    (zeros before position 0); mu a float or a (H,) tensor. (B, H, N, D) -> (B, H, N, D)"""
     from minilin.linear import elu_plus_one, linear_attention
-    out = torch.zeros_like(v)
-    out[:, 0, 1:] = v[:, 0, :-1]
-    if q.shape[1] > 1:
-        out[:, 1:] = linear_attention(q[:, 1:], k[:, 1:], v[:, 1:], feature_map=elu_plus_one, causal=True)
-    return out
+    mu = mu.reshape(1, -1, 1, 1) if isinstance(mu, torch.Tensor) else mu
+    before = lambda t: torch.nn.functional.pad(t, (0, 0, 1, 0))[:, :, :-1]
+    k, v = (mu * t + (1 - mu) * before(t) for t in (k, v))
+    return linear_attention(q, k, v, feature_map=elu_plus_one, causal=True)
 
 
-@CHAPTER.task("7.10", "hybrid_mix")  # not an extend task: the notebook holds both parts
-def hybrid_mix(f):
-    """a hybrid mixing step: a fixed previous-byte read in head 0, causal elu+1 linear attention in the others"""
+@CHAPTER.task("7.10", "shifted_linear_mix", extend=True)
+def shifted_linear_mix(f):
+    """token shift: causal elu+1 linear attention on keys and values mixed with the previous position's"""
+    from minilin.linear import elu_plus_one, linear_attention
+    what = "minilin.linear.linear_attention(feature_map=elu_plus_one, causal=True) on k' = mu·k_t + (1 - mu)·k_(t-1)"\
+           " and v' alike (zeros before position 0)"
     for seed, (B, H, N, D) in enumerate(((2, 4, 9, 5), (1, 3, 17, 8))):
         q, k, v = (rand(B, H, N, D, seed=100 + 3 * seed + i) for i in range(3))
-        yield close(f(q, k, v), hybrid_reference(q, k, v),
-                    what=f"head 0: the value one position back (zeros at position 0); heads 1..{H - 1}: minilin."
-                         f"linear.linear_attention(feature_map=elu_plus_one, causal=True), ({B}, {H}, {N}, {D})")
-    q, k, v = (rand(2, 1, 6, 4, seed=110 + i) for i in range(3))
-    yield close(f(q, k, v), hybrid_reference(q, k, v),
-                what="H = 1: only the fixed read (the value one position back, zeros at position 0)")
-    B, H, N, D, t0 = 2, 4, 12, 6, 7
+        per_head = torch.linspace(0, 1, H, dtype=torch.float64)
+        yield close(f(q, k, v, 0.3), shifted_reference(q, k, v, 0.3), what=f"{what}, mu = 0.3, ({B}, {H}, {N}, {D})")
+        yield close(f(q, k, v, per_head), shifted_reference(q, k, v, per_head),
+                    what=f"{what}, mu per head = ({', '.join(f'{m:.3g}' for m in per_head.tolist())}), "
+                         f"({B}, {H}, {N}, {D})")
+    q, k, v = (rand(2, 2, 6, 4, seed=110 + i) for i in range(3))
+    yield close(f(q, k, v, 1.0), linear_attention(q, k, v, feature_map=elu_plus_one, causal=True),
+                what="mu = 1: plain causal elu+1 linear attention (minilin.linear.linear_attention), no shift")
+    yield close(f(q, k, v, 0.0), shifted_reference(q, k, v, 0.0),
+                what="mu = 0: linear attention on the previous position's keys and values only (zeros at 0)")
+    B, H, N, D, t0, mu = 2, 4, 12, 6, 7, 0.6
     q, k, v = (rand(B, H, N, D, seed=120 + i) for i in range(3))
     k2, v2 = k.clone(), v.clone()
     k2[:, :, t0] += 1
     v2[:, :, t0] += 1
-    calls = (f(q, k, v), f(q, k2, v2))
+    calls = (f(q, k, v, mu), f(q, k2, v2, mu))
 
     def causal(before, after):
         for call, got in zip(calls, (before, after)):
@@ -343,9 +349,7 @@ def hybrid_mix(f):
         expect_close(after[..., :t0, :], before[..., :t0, :], call=calls[1], atol=1e-12,
                      what=f"the outputs before position {t0} with the key and value at {t0} unchanged (a causal "
                           "mixing step cannot see a later position)")
-        moved = [(after[:, 0, t0 + 1] - before[:, 0, t0 + 1]).abs().max().item(),
-                 (after[:, 1:, t0] - before[:, 1:, t0]).abs().max().item()]
-        expect(min(moved) > 1e-6, calls[1], f"changing the key and value at position {t0} moved head 0's output at "
-               f"{t0 + 1} by {moved[0]:.3g} and the other heads' outputs at {t0} by {moved[1]:.3g}: both must "
-               "read that position")
+        moved = (after[:, :, t0] - before[:, :, t0]).abs().amax(dim=(0, 2)).min().item()  # the least-moved head
+        expect(moved > 1e-6, calls[1], f"changing the key and value at position {t0} moved one head's outputs at "
+               f"{t0} by {moved:.3g}: with mu = {mu} position {t0} must read its own key and value")
     yield check(*calls, judge=causal)

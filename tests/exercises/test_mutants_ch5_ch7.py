@@ -232,22 +232,51 @@ def efficient_decode_step(q_t, k_t, v_t, state=None):  # notebook 07's elu+1 map
     if state is not None:
         S, z = state[0] + S, state[1] + z
     return torch.einsum("bhd,bhde->bhe", phi(q_t), S) / (phi(q_t) * z).sum(-1, keepdim=True), (S, z)
-"""),    "7.10-current-byte": ("7.10", "hybrid_mix", """import torch
-def hybrid_mix(q, k, v):  # head 0 reads its own position, not the one before
-    fq, fk = (torch.nn.functional.elu(t[:, 1:]) + 1 for t in (q, k))
+"""),
+    "7.10-shift-forward": ("7.10", "shifted_linear_mix", """import torch
+def shifted_linear_mix(q, k, v, mu):  # mixed with the NEXT position's key and value, k_(t+1): not causal
+    if isinstance(mu, torch.Tensor):
+        mu = mu.reshape(1, -1, 1, 1)
+    after = lambda t: torch.nn.functional.pad(t, (0, 0, 0, 1))[:, :, 1:]
+    k, v = (mu * t + (1 - mu) * after(t) for t in (k, v))
+    fq, fk = (torch.nn.functional.elu(t) + 1 for t in (q, k))
     a = (fq @ fk.transpose(-2, -1)).tril()
-    return torch.cat([v[:, :1], a @ v[:, 1:] / a.sum(-1, keepdim=True)], dim=1)
+    return a @ v / a.sum(-1, keepdim=True)
 """),
-    "7.10-not-causal": ("7.10", "hybrid_mix", """import torch
-def hybrid_mix(q, k, v):  # the linear heads sum over every key, the later ones too
-    fixed = torch.nn.functional.pad(v[:, :1], (0, 0, 1, 0))[:, :, :-1]
-    fq, fk = (torch.nn.functional.elu(t[:, 1:]) + 1 for t in (q, k))
-    a = fq @ fk.transpose(-2, -1)
-    return torch.cat([fixed, a @ v[:, 1:] / a.sum(-1, keepdim=True)], dim=1)
+    "7.10-keys-only": ("7.10", "shifted_linear_mix", """import torch
+def shifted_linear_mix(q, k, v, mu):  # only the keys shifted, the values left alone
+    if isinstance(mu, torch.Tensor):
+        mu = mu.reshape(1, -1, 1, 1)
+    before = lambda t: torch.nn.functional.pad(t, (0, 0, 1, 0))[:, :, :-1]
+    k = mu * k + (1 - mu) * before(k)
+    fq, fk = (torch.nn.functional.elu(t) + 1 for t in (q, k))
+    a = (fq @ fk.transpose(-2, -1)).tril()
+    return a @ v / a.sum(-1, keepdim=True)
 """),
-    "7.10-every-head-fixed": ("7.10", "hybrid_mix", """import torch
-def hybrid_mix(q, k, v):  # the fixed read in every head: no linear attention left
-    return torch.nn.functional.pad(v, (0, 0, 1, 0))[:, :, :-1]
+    "7.10-no-normaliser": ("7.10", "shifted_linear_mix", """import torch
+def shifted_linear_mix(q, k, v, mu):  # the weighted sum, never divided by the sum of the weights
+    if isinstance(mu, torch.Tensor):
+        mu = mu.reshape(1, -1, 1, 1)
+    before = lambda t: torch.nn.functional.pad(t, (0, 0, 1, 0))[:, :, :-1]
+    k, v = (mu * t + (1 - mu) * before(t) for t in (k, v))
+    fq, fk = (torch.nn.functional.elu(t) + 1 for t in (q, k))
+    return (fq @ fk.transpose(-2, -1)).tril() @ v
+"""),
+    "7.10-mu-swapped": ("7.10", "shifted_linear_mix", """import torch
+def shifted_linear_mix(q, k, v, mu):  # mu on the previous position, 1 - mu on the current one
+    if isinstance(mu, torch.Tensor):
+        mu = mu.reshape(1, -1, 1, 1)
+    before = lambda t: torch.nn.functional.pad(t, (0, 0, 1, 0))[:, :, :-1]
+    k, v = ((1 - mu) * t + mu * before(t) for t in (k, v))
+    fq, fk = (torch.nn.functional.elu(t) + 1 for t in (q, k))
+    a = (fq @ fk.transpose(-2, -1)).tril()
+    return a @ v / a.sum(-1, keepdim=True)
+"""),
+    "7.10-notebook-mix": ("7.10", "shifted_linear_mix", """import torch
+def shifted_linear_mix(q, k, v, mu):  # notebook 07's causal_linear_mix pasted: mu ignored, no shift
+    fq, fk = (torch.nn.functional.elu(t) + 1 for t in (q, k))
+    a = (fq @ fk.transpose(-2, -1)).tril()
+    return a @ v / a.sum(-1, keepdim=True)
 """),
 }
 
@@ -281,21 +310,18 @@ def test_the_mutants_are_right_somewhere():
     assert abs(ns["focus_scale"](16, 0.8) - focus_scale_reference(16, 0.8, "elu+1")) < 1e-9
 
 
-def test_the_hybrid_mutants_are_right_somewhere():
-    """Task 7.10's mutants each match the reference somewhere: the current-byte one on heads 1..H-1, the
-    non-causal one at the last position (every key is earlier) and in head 0, the every-head one at H = 1."""
-    from minilin.grading.ex07_lm import hybrid_reference
+def test_the_token_shift_mutants_are_right_somewhere():
+    """Task 7.10's mutants each match the reference somewhere: at mu = 1 (no shift) the keys-only, the forward
+    and the notebook's mixing step; at mu = 0.5 (a float or per head) the swapped one."""
+    from minilin.grading.ex07_lm import shifted_reference
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(2, 4, 9, 5, generator=g, dtype=torch.float64) for _ in range(3))
-    ref, ns = hybrid_reference(q, k, v), {}
-    for mutant, part in (("7.10-current-byte", (slice(None), slice(1, None))),
-                         ("7.10-not-causal", (slice(None), slice(None), -1)),
-                         ("7.10-not-causal", (slice(None), 0))):
+    ns = {}
+    for mutant, mu in (("7.10-keys-only", 1.0), ("7.10-shift-forward", 1.0), ("7.10-notebook-mix", 1.0),
+                       ("7.10-mu-swapped", 0.5), ("7.10-mu-swapped", torch.full((4,), 0.5, dtype=torch.float64))):
         exec(MUTANTS[mutant][2], ns)
-        assert torch.allclose(ns["hybrid_mix"](q, k, v)[part], ref[part], atol=1e-12), mutant
-    exec(MUTANTS["7.10-every-head-fixed"][2], ns)
-    one = tuple(t[:, :1] for t in (q, k, v))
-    assert torch.allclose(ns["hybrid_mix"](*one), hybrid_reference(*one), atol=1e-12)
+        assert torch.allclose(ns["shifted_linear_mix"](q, k, v, mu), shifted_reference(q, k, v, mu),
+                              atol=1e-12), mutant
 
 
 def test_the_clamp_mutants_are_right_somewhere():
