@@ -84,9 +84,8 @@ def transplant_into_lat(ours, lat):
         to_out is ours times a constant c, how can to_out undo that constant? Does to_out's bias see it?
     Hint 2 (plan): find c from section 2 (which head size does it use?); without recording gradients, copy
         what needs no change as it is, and give one layer (to_out is one way) a weight that undoes c.
-    Hint 3 (formula): a linear layer applied to c·h equals a layer with c times the weight applied to h, while a
-        bias is added after the product and never sees c. Decide which one of their four layers to change (more
-        than one works), by what factor, and check the factor's head size against the one the checks vary.
+    Hint 3 (formula): with the four layers copied as they are, lat(x) − b = c·(ours(x) − b), b the shared to_out
+        bias. Measure c as that ratio at both head sizes, and write it as a power of one size of the layer.
     """
     raise NotImplementedError("Task 5.3")
 

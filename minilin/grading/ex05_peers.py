@@ -24,7 +24,8 @@ def peer(module):
 
 def no_quadratic_product(call, n, m, out_shape):
     """A step: among the matrix products the call forms, none is (n x m) or (m x n), and no tensor that any
-    operation produces holds B·H·n·m elements or more (a score matrix built by broadcasting): no score matrix."""
+    operation produces holds B·H·n·m elements or more (a score matrix built by broadcasting): no score matrix.
+    Callers pick n, m >= 4·D·Dv, so that a linear-cost (N or M, D, Dv) tensor of outer products stays below."""
     def judge(got):
         products = got.get("products") if isinstance(got, dict) else None
         expect(isinstance(products, list), call, f"returned {kind(got)}; expected the function's output")
@@ -51,8 +52,8 @@ def efficient_attention(f):
                 what="the reference with a padding mask; sequence 2 has no real key: zeros")
     yield close(f(q, k * 500.0, v), reference(q, k * 500.0, v),
                 what="the reference with keys x 500 (stability: up to 1095, a plain exp overflows past 709)")
-    q3, k3, v3 = rand(2, 2, 7, 4, seed=14), rand(2, 2, 9, 4, seed=15), rand(2, 2, 9, 3, seed=16)
-    yield no_quadratic_product(captured(f(q3, k3, v3), "matmul_shapes"), 7, 9, (2, 2, 7, 3))
+    q3, k3, v3 = rand(2, 2, 48, 4, seed=14), rand(2, 2, 64, 4, seed=15), rand(2, 2, 64, 3, seed=16)
+    yield no_quadratic_product(captured(f(q3, k3, v3), "matmul_shapes"), 48, 64, (2, 2, 48, 3))
 
 
 @CHAPTER.task("5.2", "causal_efficient_attention")
@@ -69,8 +70,8 @@ def causal_efficient_attention(f):
                     what=f"the reference with N = 11, D = 6, Dv = 2, bucket_size={bucket} (a last bucket cut short)")
     for bucket in (1, 4):
         yield no_future_leak(f, lambda x: (x, x, x), rand(1, 2, 8, 4, seed=7), "q, k and v", bucket_size=bucket)
-    q4, k4, v4 = rand(3, 3, 24, 4, seed=24), rand(3, 3, 24, 4, seed=25), rand(3, 3, 24, 2, seed=26)
-    yield no_quadratic_product(captured(f(q4, k4, v4), "matmul_shapes"), 24, 24, (3, 3, 24, 2))
+    q4, k4, v4 = rand(3, 3, 48, 4, seed=24), rand(3, 3, 48, 4, seed=25), rand(3, 3, 48, 2, seed=26)
+    yield no_quadratic_product(captured(f(q4, k4, v4), "matmul_shapes"), 48, 48, (3, 3, 48, 2))
 
 
 def _seeded(seed, build):
@@ -181,8 +182,8 @@ def chunked_causal_linear_attention(f):
     yield close(f(q2, k2, v2, 4, mask=mask), reference(q2, k2, v2, mask=mask),
                 what="the reference with a key padding mask (right, left and scattered padding), chunks of 4")
     yield no_future_leak(f, lambda x: (x, x, x), rand(2, 2, 9, 4, seed=37), "q, k and v", chunk_size=4)
-    q3, k3, v3 = rand(2, 2, 24, 4, seed=38), rand(2, 2, 24, 4, seed=39), rand(2, 2, 24, 3, seed=40)
-    yield no_quadratic_product(captured(f(q3, k3, v3, 4), "matmul_shapes"), 24, 24, (2, 2, 24, 3))
+    q3, k3, v3 = rand(2, 2, 48, 4, seed=38), rand(2, 2, 48, 4, seed=39), rand(2, 2, 48, 3, seed=40)
+    yield no_quadratic_product(captured(f(q3, k3, v3, 4), "matmul_shapes"), 48, 48, (2, 2, 48, 3))
 
 
 def retention_loop(q, k, v, gamma):
@@ -223,8 +224,8 @@ def decayed_linear_attention(f):
         yield close(f(fq.double(), fk.double(), fv.double(), fla_gamma), naive_retention(fq, fk, fv).double(),
                     atol=1e-4, what="fla.ops.retention.naive.naive_retention (float32 inside; γ_h = 1 - 2^(-5-h))")
     yield no_future_leak(f, lambda x: (x, x, x, gamma), rand(2, 3, 8, 4, seed=50), "q, k and v")
-    q3, k3, v3 = rand(2, 2, 20, 4, seed=51), rand(2, 2, 20, 4, seed=52), rand(2, 2, 20, 3, seed=53)
-    yield no_quadratic_product(captured(f(q3, k3, v3, gamma2), "matmul_shapes"), 20, 20, (2, 2, 20, 3))
+    q3, k3, v3 = rand(2, 2, 48, 4, seed=51), rand(2, 2, 48, 4, seed=52), rand(2, 2, 48, 3, seed=53)
+    yield no_quadratic_product(captured(f(q3, k3, v3, gamma2), "matmul_shapes"), 48, 48, (2, 2, 48, 3))
 
 
 def lat_clamp_onset(q, k, bucket_size):

@@ -281,6 +281,55 @@ def shifted_linear_mix(q, k, v, mu):  # notebook 07's causal_linear_mix pasted: 
 }
 
 
+PASSING = {
+    # id: (task, function name, another right answer, which the checks must accept)
+    # linear cost through an (M, D, Dv) tensor of outer products, larger than N·M at small sizes
+    "5.1-outer-products": ("5.1", "efficient_attention", """import torch
+def efficient_attention(q, k, v, mask=None):
+    rho_k = torch.softmax(k if mask is None else k.masked_fill(~mask[:, None, :, None], float("-inf")), dim=-2)
+    if mask is not None:  # a sequence with no real key: 0/0 = NaN everywhere, set to 0
+        rho_k = torch.where(mask.any(dim=-1)[:, None, None, None], rho_k, torch.zeros_like(rho_k))
+    context = (rho_k[..., :, :, None] * v[..., :, None, :]).sum(-3)  # outer products, summed over positions
+    return torch.einsum("bhnd,bhde->bhne", torch.softmax(q, dim=-1), context)
+"""),
+    # a prefix state per position: an (N, D, Dv) tensor
+    "5.2-prefix-state-per-position": ("5.2", "causal_efficient_attention", """import torch
+def causal_efficient_attention(q, k, v, bucket_size=1):
+    N = q.shape[2]
+    phi_q, phi_k = torch.softmax(q, dim=-1), torch.exp(k)
+    kv = torch.einsum("bhnd,bhne->bhnde", phi_k, v).cumsum(dim=2)
+    ks = phi_k.cumsum(dim=2)
+    i = torch.arange(N)
+    last = i if bucket_size == 1 else (i // bucket_size) * bucket_size - 1
+    idx = last.clamp(min=0)
+    num = torch.einsum("bhnd,bhnde->bhne", phi_q, kv[:, :, idx])
+    den = torch.einsum("bhnd,bhnd->bhn", phi_q, ks[:, :, idx])
+    out = num / den.unsqueeze(-1)
+    return torch.where((last >= 0)[:, None], out, torch.zeros_like(out))
+"""),
+}
+
+
+def load(name, code, tmp_path):
+    path = tmp_path / f"{name.replace('.', '_').replace('-', '_')}.py"
+    path.write_text(code)
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("name", sorted(PASSING))
+def test_another_right_answer_passes(name, tmp_path):
+    task_id, fn, code = PASSING[name]
+    module = load(f"right_{name}", code, tmp_path)
+    assert callable(getattr(module, fn))
+    try:
+        run_in_process(TASKS[task_id], module)  # raises AssertionError, naming the check, if one fails
+    except CannotGrade as err:
+        pytest.skip(str(err))
+
+
 @pytest.mark.parametrize("mutant", sorted(MUTANTS))
 def test_a_plausible_wrong_answer_fails(mutant, tmp_path):
     task_id, name, code = MUTANTS[mutant]
