@@ -218,3 +218,27 @@ def test_chunk_tiles_colour_each_pair_by_how_the_scan_reaches_it():
     assert plots.chunk_tile_kinds(5, 2)[4] == [2, 2, 2, 2, 1]  # a ragged last chunk of one token
     import matplotlib.pyplot as plt
     plt.close(fig)
+
+
+def test_plot_rank_two_ways_keeps_per_head_and_per_layer_apart():
+    import pandas as pd
+    markers = {0: "o", 1: "^"}
+    cut = {"cut, 400": pd.DataFrame({0: [0.3, 0.5], 1: [0.4, 0.6]}, index=[8, 16]),
+           "cut, 1200": pd.DataFrame({0: [0.35, 0.55], 1: [0.45, 0.65]}, index=[8, 16])}
+    trained = {"at k, 400": {16: {0: 0.6, 1: 0.5}, 64: {0: 1.0, 1: 1.0}},
+               "at k, 1200": {16: {0: 0.9, 1: 0.8}, 64: {0: 1.0, 1: 1.0}}}
+    curve = pd.DataFrame({"step": [100, 200, 300] * 2, "seed": [0] * 3 + [1] * 3,
+                          "val_acc": [0.2, 0.5, 0.9, 0.1, 0.4, 0.8]})
+    fig = plots.plot_rank_two_ways(cut, trained, curve, ("band", 0.55, 0.65), markers=markers, chance=1 / 16)
+    ax_c, ax_k, ax_t = fig.axes
+    assert "per head" in ax_c.get_xlabel() and "per layer" in ax_k.get_xlabel()      # two x axes, two meanings
+    assert list(ax_c.get_xticks()) == [8, 16] and list(ax_k.get_xticks()) == [16, 64]
+    lines = [l for l in ax_k.get_lines() if l.get_marker() not in (None, "", "None")]   # not the chance line
+    assert sorted(tuple(l.get_ydata()) for l in lines)[0] == (0.5, 1.0)             # seed 1 at 400 steps, by k
+    for ax in (ax_c, ax_k):                                                          # every legend entry shows a marker
+        handles = ax.get_legend().legend_handles
+        assert handles and all(h.get_marker() not in (None, "", "None") for h in handles)
+    band = [c for c in ax_t.containers]                                              # the band: at the last step only
+    assert len(band) == 1 and list(band[0].lines[0].get_xdata()) == [300]
+    assert band[0].lines[0].get_ydata()[0] == pytest.approx(0.6)
+    matplotlib.pyplot.close("all")
