@@ -2,6 +2,7 @@
 
     python tests/limits_copy_long.py                         # k = 16, 32, 64, selection start, lr 3e-3, 1200 steps
     python tests/limits_copy_long.py --steps 1200 --seeds 0 1 2 --ks 16 32 64
+    python tests/limits_copy_long.py --ks 16 --lr 0.01 --out results/reference/limits_copy_long_lr1e-2.csv
 
 Section 4 trains Linformers from the selection start at k = 16, 32, 64 for 400 steps (limits_copy_fixes.csv) and
 sets them beside the trained k = 64 model with its map cut per head to rank r. At 400 steps the k = 16 and 32 curves
@@ -37,10 +38,11 @@ def main(argv=None):
     p.add_argument("--steps", type=int, default=1200)
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--ks", type=int, nargs="+", default=[16, 32, 64])
+    p.add_argument("--lr", type=float, default=None, help="default: the sweep's rate, limits.SWEEP['lr']")
     p.add_argument("--out", type=Path, default=ROOT / "results" / "reference" / "limits_copy_long.csv")
     args = p.parse_args(argv)
     torch.set_num_threads(1)
-    task, lr = limits.copy_task(), limits.SWEEP["lr"]
+    task, lr = limits.copy_task(), (limits.SWEEP["lr"] if args.lr is None else args.lr)
     sizes = {**limits.COPY, "steps": args.steps, "eval_every": 100}
     by_name = {c.name: c for c in (*limits.copy_contenders(ks=(), selection_ks=(32, 64)), *limits.sweep_contenders())}
     todo = [(by_name[f"Linformer k={k}, selection init"], seed) for seed in args.seeds for k in args.ks]
