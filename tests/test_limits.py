@@ -190,3 +190,16 @@ def test_committed_long_copy_runs_cover_every_k_and_seed_and_say_how_they_were_m
     cuts = g[g.measure == "rank_cut"]
     assert set(cuts.model) == {"Linformer k=64, selection init"} and sorted(set(cuts.r)) == [16, 32, 63]
     assert len(cuts) == 9
+
+
+def test_committed_k16_runs_at_lr_1e2_cover_three_seeds_and_say_how_they_were_made():
+    """limits_copy_long_lr1e-2.csv (notebook 08, section 4): k = 16 from the selection start at lr 0.01, 1200 steps,
+    seeds 0, 1, 2; the notebook's headline reads it (one seed of three copies)."""
+    path = ROOT / "results" / "reference" / "limits_copy_long_lr1e-2.csv"
+    text = path.read_text()
+    assert "command: python tests/limits_copy_long.py --ks 16 --lr 0.01" in text and "machine:" in text
+    g = limits.read_grid("limits_copy_long_lr1e-2.csv")
+    last = g[(g.measure == "val_acc") & (g.step == 1200)]
+    assert set(last.model) == {"Linformer k=16, selection init"} and sorted(last.seed) == [0, 1, 2]
+    assert set(g.lr) == {0.01}
+    assert (last.val_acc >= 0.95).sum() == 1   # what notebook 08 says: one seed of three copies
