@@ -2,7 +2,7 @@
 implementations agree: write what LAT computes (5.1, 5.2), move weights between a library and ours (5.3, 5.4),
 check a count against an independent counter (5.5), extend section 1's linear attention (5.6, 5.7: extend), predict
 where LAT's causal clamp starts to act and measure it on LAT (5.8: predict, then measure), and measure how sharply
-elu+1 and softmax focus (5.9). Tasks 5.1-5.3 are the core; 5.8 is an optional challenge; 5.4-5.7 and 5.9 are optional.
+elu+1 and softmax focus (5.9). Tasks 5.1-5.2 are the core; 5.8 is an optional challenge; 5.3-5.7 and 5.9 are optional.
 
 Implement each function, then grade yourself:  python -m minilin grade --chapter 5
 Shapes follow the course convention: q (B, H, N, D), k (B, H, M, D), v (B, H, M, Dv);
@@ -68,7 +68,7 @@ def causal_efficient_attention(q, k, v, bucket_size=1):
 
 
 def transplant_into_lat(ours, lat):
-    """Task 5.3: copy our EfficientSelfAttention's weights into a linear-attention-transformer SelfAttention.
+    """Task 5.3 (optional): copy our EfficientSelfAttention's weights into a linear-attention-transformer SelfAttention.
 
     Uses notebook 05, section 2 (LAT's rows sum to D^-1/2) and section 3 (a weight transplant is tested by
     comparing outputs). Appendix A moves whole LAT stacks the other way, their weights into minilin's blocks
