@@ -8,6 +8,7 @@ import pytest
 matplotlib.use("Agg")
 
 from minilin import plots  # noqa: E402
+from minilin import lesson_plots  # noqa: E402
 from minilin.bench import DEFAULT_METHODS, results  # noqa: E402
 
 
@@ -176,16 +177,16 @@ def test_plot_timing_rounds_draws_medians_and_paired_ratios():
     samples = {("exact", n): [1e-3, 3e-3] for n in (256, 512)}
     samples |= {("sdpa-causal", n): [2e-3, 2e-3] for n in (512, 1024)}
     samples |= {("performer-causal", n): [1e-3, 4e-3] for n in (512, 1024)}
-    fig = plots.plot_timing_rounds(samples, ("exact",), ("sdpa-causal", "performer-causal"), rounds=2,
+    fig = lesson_plots.plot_timing_rounds(samples, ("exact",), ("sdpa-causal", "performer-causal"), rounds=2,
                                    suptitle="test")
     first, _, ratio = fig.axes[:3]
     assert list(first.lines[0].get_xdata()) == [256, 512]
     assert list(first.lines[0].get_ydata()) == pytest.approx([2.0, 2.0])      # median of 1 and 3 ms
     assert list(ratio.lines[0].get_ydata()) == pytest.approx([1.25, 1.25])    # median of 2 and 0.5
     assert ratio.get_ylabel() == "sdpa-causal time / method time" and fig._suptitle.get_text() == "test"
-    alone = plots.plot_timing_rounds(samples, ("exact",), (), rounds=2, suptitle="test")   # one group, its panel only
+    alone = lesson_plots.plot_timing_rounds(samples, ("exact",), (), rounds=2, suptitle="test")   # one group, its panel only
     assert len(alone.axes) == 1 and list(alone.axes[0].lines[0].get_ydata()) == pytest.approx([2.0, 2.0])
-    causal = plots.plot_timing_rounds(samples, (), ("sdpa-causal", "performer-causal"), rounds=2, suptitle="test")
+    causal = lesson_plots.plot_timing_rounds(samples, (), ("sdpa-causal", "performer-causal"), rounds=2, suptitle="test")
     assert len(causal.axes) == 2 and list(causal.axes[1].lines[0].get_ydata()) == pytest.approx([1.25, 1.25])
     matplotlib.pyplot.close("all")
 
@@ -194,7 +195,7 @@ def test_plot_attention_maps_shares_one_scale_and_labels():
     import torch
     labels = list("abcd")
     maps = [("head 0", torch.eye(4)), ("head 1", torch.full((4, 4), 0.25))]
-    fig = plots.plot_attention_maps(maps, labels, suptitle="two heads")
+    fig = lesson_plots.plot_attention_maps(maps, labels, suptitle="two heads")
     images = [ax.images[0] for ax in fig.axes if ax.images]
     assert len(images) == 2                                             # one image per panel, plus a colour bar
     assert {(im.norm.vmin, im.norm.vmax) for im in images} == {(0.0, 1.0)}   # one colour scale
@@ -202,12 +203,12 @@ def test_plot_attention_maps_shares_one_scale_and_labels():
     assert [ax.get_title() for ax in fig.axes[:2]] == ["head 0", "head 1"]
     assert (images[0].get_array() == torch.eye(4).numpy()).all()       # the weights, not a transpose or a copy of another
     with pytest.raises(ValueError, match="3 labels"):
-        plots.plot_attention_maps(maps, labels[:3])
+        lesson_plots.plot_attention_maps(maps, labels[:3])
     matplotlib.pyplot.close("all")
 
 
 def test_chunk_tiles_colour_each_pair_by_how_the_scan_reaches_it():
-    fig = plots.plot_chunk_tiles(8, 2)
+    fig = lesson_plots.plot_chunk_tiles(8, 2)
     ax = fig.axes[0]
     kinds = ax.images[0].get_array()
     counts = [int((kinds == k).sum()) for k in range(3)]
@@ -215,7 +216,7 @@ def test_chunk_tiles_colour_each_pair_by_how_the_scan_reaches_it():
     assert kinds[1, 0] == 1 and kinds[2, 1] == 2 and kinds[0, 1] == 0 and kinds[7, 6] == 1 and kinds[7, 5] == 2
     assert len([t for t in ax.texts if t.get_text().isdigit()]) == 4  # the chunks, numbered 1..4
     assert len([c for c in ax.get_children() if type(c).__name__ == "Annotation"]) == 3  # three hand-overs of S
-    assert plots.chunk_tile_kinds(5, 2)[4] == [2, 2, 2, 2, 1]  # a ragged last chunk of one token
+    assert lesson_plots.chunk_tile_kinds(5, 2)[4] == [2, 2, 2, 2, 1]  # a ragged last chunk of one token
     import matplotlib.pyplot as plt
     plt.close(fig)
 
@@ -229,7 +230,7 @@ def test_plot_rank_two_ways_keeps_per_head_and_per_layer_apart():
                "at k, 1200": {16: {0: 0.9, 1: 0.8}, 64: {0: 1.0, 1: 1.0}}}
     curve = pd.DataFrame({"step": [100, 200, 300] * 2, "seed": [0] * 3 + [1] * 3,
                           "val_acc": [0.2, 0.5, 0.9, 0.1, 0.4, 0.8]})
-    fig = plots.plot_rank_two_ways(cut, trained, curve, ("band", 0.55, 0.65), markers=markers, chance=1 / 16)
+    fig = lesson_plots.plot_rank_two_ways(cut, trained, curve, ("band", 0.55, 0.65), markers=markers, chance=1 / 16)
     ax_c, ax_k, ax_t = fig.axes
     assert "per head" in ax_c.get_xlabel() and "per layer" in ax_k.get_xlabel()      # two x axes, two meanings
     assert list(ax_c.get_xticks()) == [8, 16] and list(ax_k.get_xticks()) == [16, 64]

@@ -1,0 +1,178 @@
+"""Figures of single notebooks, built from what the notebook measured or read: 06's timing rounds, 07's attention
+maps, 08's rank figure, 10's chunk tiles. The benchmark CSV's plots and tables are in `minilin.plots`."""
+import matplotlib.pyplot as plt
+
+from minilin.plots import line_styles
+
+
+def plot_timing_rounds(samples, noncausal, causal, *, rounds, suptitle):
+    """Notebook 06's timing figure from `minilin.bench.interleaved_rounds` samples; returns the Figure.
+
+    samples: {(method, n): seconds per call, one value per round}; noncausal, causal: method names (either may be
+    empty: its panels are left out), the first of `causal` the baseline of the ratio panel. Panels: forward time per
+    call of the non-causal and of the causal methods (median of the rounds, band: 25th-75th percentile), then each
+    other causal method's paired ratio, baseline time / method time in the same round (median, bar: 25th-75th
+    percentile; above 1: faster).
+    """
+    import matplotlib.ticker
+    import numpy as np
+
+    def spread(values):  # (25th percentile, median, 75th) of per-round values
+        return tuple(float(x) for x in np.percentile(values, [25, 50, 75]))
+
+    plain = matplotlib.ticker.FuncFormatter(lambda x, _: f"{x:g}")
+    groups = [(names, kind) for names, kind in ((noncausal, "non-causal"), (causal, "causal")) if names]
+    fig, axes = plt.subplots(1, len(groups) + bool(causal), figsize=(4.7 * (len(groups) + bool(causal)), 4.3),
+                             squeeze=False)
+    axes = axes[0]
+    for ax, (names, kind) in zip(axes, groups):
+        styles = line_styles(names)  # the colours and markers of the model's figures
+        for i, name in enumerate(names):  # a line style each and shrinking markers: near-equal times stay visible
+            ns = sorted(n for (method, n) in samples if method == name)
+            lo, med, hi = (np.array(x) for x in zip(*(spread(samples[name, n]) for n in ns)))
+            ax.plot(ns, med * 1e3, label=name, linewidth=2.2, linestyle=("-", "--", "-.", ":")[i % 4],
+                    markersize=max(10.0 - 1.2 * i, 4.0), **styles[name])
+            ax.fill_between(ns, lo * 1e3, hi * 1e3, color=styles[name]["color"], alpha=0.25, lw=0)
+        ax.set(xscale="log", yscale="log", xlabel="sequence length n", ylabel="forward time per call (ms)",
+               title=f"{kind}: median of {rounds} rounds, band: 25th-75th pct")
+        ax.set_xscale("log", base=2)
+        ax.xaxis.set_major_formatter(plain)
+        ax.legend(fontsize=8, loc="upper left")
+        ax.yaxis.set_major_formatter(plain)
+        ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())  # plain numbers only, no 3x10^0 beside 4
+    if not causal:
+        fig.suptitle(suptitle, fontsize=10)
+        fig.tight_layout()
+        return fig
+    ax, lowest, base = axes[-1], 1.0, causal[0]
+    lengths = sorted(n for (method, n) in samples if method == base)
+    for name in causal[1:]:
+        lo, med, hi = np.array([spread(np.asarray(samples[base, n]) / np.asarray(samples[name, n]))
+                                for n in lengths]).T
+        lowest = min(lowest, lo.min())
+        ax.errorbar(lengths, med, yerr=[med - lo, hi - med], label=name, capsize=3, linewidth=2, **styles[name])
+    ax.axhline(1, color="0.3", linestyle="--", linewidth=1)
+    ax.set(xscale="log", yscale="log", xlabel="sequence length n", ylabel=f"{base} time / method time",
+           title=f"paired ratio (median, bar: 25th-75th pct);\nabove 1: faster than {base}")
+    ax.set_xscale("log", base=2)
+    ax.set_ylim(bottom=2 ** np.floor(np.log2(lowest)))  # a power of 2 below the lowest ratio
+    ax.xaxis.set_major_formatter(plain)
+    ax.yaxis.set_major_locator(matplotlib.ticker.LogLocator(base=2))
+    ax.yaxis.set_major_formatter(plain)
+    ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+    ax.legend(fontsize=8, loc="upper left")
+    fig.suptitle(suptitle, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def plot_attention_maps(panels, labels, *, suptitle=None, gamma=0.5):
+    """A row of attention maps on one colour scale (notebook 07's layer-0 heads); returns the Figure.
+
+    panels: [(title, (N, N) weights in [0, 1])]; labels: the N bytes (or tokens) shown on both axes.
+    Every panel shares one PowerNorm(gamma, 0, 1) scale (square root by default, so small weights show)
+    and one colour bar; rows are queries, columns keys.
+    """
+    from matplotlib.colors import PowerNorm
+
+    norm = PowerNorm(gamma, vmin=0.0, vmax=1.0)
+    fig, axes = plt.subplots(1, len(panels), figsize=(2.6 * len(panels), 3.7), layout="constrained", squeeze=False)
+    for ax, (title, weights) in zip(axes[0], panels):
+        if tuple(weights.shape) != (len(labels), len(labels)):
+            raise ValueError(f"panel {title!r}: weights {tuple(weights.shape)}, but {len(labels)} labels")
+        image = ax.imshow(weights, cmap="magma", norm=norm, interpolation="nearest")
+        ax.grid(False)
+        ax.tick_params(length=0, pad=1)
+        ax.set_xticks(range(len(labels)), labels, fontsize=6, family="monospace")
+        ax.set_yticks(range(len(labels)), labels, fontsize=6, family="monospace")
+        ax.set_xlabel("key (byte read)", fontsize=8)
+        ax.set_title(title, fontsize=8)
+    axes[0, 0].set_ylabel("query (byte reading)", fontsize=8)
+    fig.colorbar(image, ax=axes[0], shrink=0.8, label=f"attention weight (power {gamma:g} scale)")
+    if suptitle:
+        fig.suptitle(suptitle, fontsize=10)
+    return fig
+
+
+CHUNK_TILE_KINDS = ("future: zero (causal mask)", "inside a chunk: a masked c x c tile",
+                    "earlier chunks: through the carried state S")
+
+
+def chunk_tile_kinds(n, c):
+    """(n, n) ints: 0 where key j is after query i, 1 in the diagonal c x c tiles (j <= i, same chunk),
+    2 below them (j in an earlier chunk than i), the part a chunked scan reads from its D x D state."""
+    return [[0 if j > i else (1 if i // c == j // c else 2) for j in range(n)] for i in range(n)]
+
+
+def plot_chunk_tiles(n=8, c=2):
+    """The chunked causal scan as a picture: the n x n grid of (query i, key j) pairs, coloured by how the scan
+    reaches each (CHUNK_TILE_KINDS), chunk boundaries drawn, and one arrow per state hand-over between the
+    numbered chunks that a program walks in order. Returns the Figure."""
+    from matplotlib.colors import ListedColormap
+    from matplotlib.patches import Patch
+
+    colours = ["white", "tab:orange", "tab:blue"]
+    fig, ax = plt.subplots(figsize=(4.8, 5.4), layout="constrained")
+    ax.imshow(chunk_tile_kinds(n, c), cmap=ListedColormap(colours), vmin=0, vmax=2, interpolation="nearest")
+    ax.grid(False)
+    for edge in range(c, n, c):
+        ax.axhline(edge - 0.5, color="black", lw=1)
+        ax.axvline(edge - 0.5, color="black", lw=1)
+    corners = [(t, min(t + c, n) - 1) for t in range(0, n, c)]  # (key, query) of each tile's lower-left pair
+    for step, (x, y) in enumerate(corners, 1):
+        ax.text(x, y, str(step), ha="center", va="center", fontsize=12, weight="bold")
+    for (x0, y0), (x1, y1) in zip(corners, corners[1:]):
+        ax.annotate("", xy=(x1 - 0.3, y1 - 0.3), xytext=(x0 + 0.3, y0 + 0.3),
+                    arrowprops={"arrowstyle": "->", "lw": 1.5, "color": "black"})
+    ax.set_xticks(range(n))
+    ax.set_yticks(range(n))
+    ax.set_xlabel("key j (token)")
+    ax.set_ylabel("query i (token)")
+    ax.set_title(f"N = {n} tokens, chunks of c = {c}: one program walks chunks\n"
+                 "1, 2, ... in order; each arrow hands the state S on", fontsize=9)
+    ax.legend([Patch(facecolor=col, edgecolor="black") for col in colours], CHUNK_TILE_KINDS, fontsize=8,
+              loc="upper center", bbox_to_anchor=(0.5, -0.12))
+    return fig
+
+
+def plot_rank_two_ways(cut, trained, curve, band, *, markers, chance, curve_title="accuracy during training",
+                       suptitle=None):
+    """Notebook 08's rank experiment in three panels; returns the Figure.
+
+    cut: {label: DataFrame (r x seed)}, a copying map cut to rank r per head; trained: {label: {k: {seed: acc}}},
+    models trained at k (one E, F shared by both heads); the two get separate x axes because rank r per head is not
+    rank k per layer. curve: DataFrame (step, seed, val_acc) of one model; band: (label, low, high), a final score
+    drawn only at the curve's last step. markers: {seed: marker}; the i-th label of cut and trained shares a colour.
+    """
+    from matplotlib.lines import Line2D
+
+    colours = ["tab:purple", "tab:green"]
+    fig, (ax_c, ax_k, ax_t) = plt.subplots(1, 3, figsize=(15, 4.2), layout="constrained", sharey=True)
+    for i, (label, table) in enumerate(cut.items()):
+        for s in table.columns:
+            ax_c.plot(table.index, table[s], marker=markers[s], color=colours[i], lw=0.8, mfc="none" if i else None)
+    for i, (label, by_k) in enumerate(trained.items()):
+        for s in markers:
+            ks = sorted(by_k)
+            ax_k.plot(ks, [by_k[k][s] for k in ks], marker=markers[s], color=colours[i], lw=0.8, mfc="none" if i else None)
+    for s, c in curve.groupby("seed"):
+        ax_t.plot(c.step, c.val_acc, marker=markers[s], color=colours[-1], lw=0.8, mfc="none")
+    last = curve.step.max()
+    name, low, high = band
+    ax_t.errorbar([last], [(low + high) / 2], yerr=[[(high - low) / 2]], fmt="_", ms=14, capsize=6, color="0.3", label=name)
+    styles = lambda labels: [Line2D([], [], color=colours[i], lw=0.8, marker="o", mfc="none" if i else None, label=label)
+                             for i, label in enumerate(labels)]
+    seeds = [Line2D([], [], ls="", marker=m, color="gray", label=f"seed {s}") for s, m in markers.items()]
+    ax_c.legend(handles=styles(cut) + seeds, fontsize=8, loc="lower right")
+    ax_k.legend(handles=styles(trained), fontsize=8, loc="lower right")
+    ax_t.legend(fontsize=8, loc="lower right")
+    for ax in (ax_c, ax_k, ax_t):
+        ax.axhline(chance, color="gray", lw=0.8, ls=":")
+    ax_c.set(ylim=(0, 1.03), ylabel="copy accuracy (validation)", xticks=sorted(next(iter(cut.values())).index),
+             xlabel="rank r per head (both heads: up to 2r)", title="a copying map cut to rank r per head")
+    ax_k.set(xlabel="k (one E, F shared by both heads: rank k per layer)", xticks=sorted(next(iter(trained.values()))),
+             title="a model trained at k")
+    ax_t.set(xlabel="training step", title=curve_title)
+    if suptitle:
+        fig.suptitle(suptitle)
+    return fig
