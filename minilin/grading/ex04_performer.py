@@ -420,8 +420,6 @@ def orthogonal_mse(f):
         for call, (x, y), g in zip(calls, pairs, got):
             tensor(call, g, (2,), torch.float64)
             want = hyperbolic_mse(x, y, D)
-            # within 50%: the MSE of 40,000 heavy-tailed squared errors was 39% high once in a CI run (fresh
-            # inputs); the positive features' MSE is about 2.7x the hyperbolic one here
             expect(abs(float(g[0]) / want - 1) <= 0.5, call,
                    f"iid MSE {float(g[0]):.5f}, but the hyperbolic estimate's is {want:.5f} for m = {D} directions "
                    f"(off by {abs(float(g[0]) / want - 1):.0%}, more than 50%): the MSE of the m-direction cosh "
