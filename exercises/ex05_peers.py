@@ -2,7 +2,7 @@
 implementations agree: write what LAT computes (5.1, 5.2), move weights between a library and ours (5.3, 5.4),
 check a count against an independent counter (5.5), extend section 1's linear attention (5.6, 5.7: extend), predict
 where LAT's causal clamp starts to act and measure it on LAT (5.8: predict, then measure), and measure how sharply
-elu+1 and softmax focus (5.9). Tasks 5.1-5.2 are the core; 5.8 is an optional challenge; 5.3-5.7 and 5.9 are optional.
+elu+1 and softmax focus (5.9). Tasks 5.1-5.3 are the core; 5.8 is an optional challenge; 5.4-5.7 and 5.9 are optional.
 
 Implement each function, then grade yourself:  python -m minilin grade --chapter 5
 Shapes follow the course convention: q (B, H, N, D), k (B, H, M, D), v (B, H, M, Dv);
@@ -68,11 +68,11 @@ def causal_efficient_attention(q, k, v, bucket_size=1):
 
 
 def transplant_into_lat(ours, lat):
-    """Task 5.3 (optional): copy our EfficientSelfAttention's weights into a linear-attention-transformer SelfAttention.
+    """Task 5.3: copy our EfficientSelfAttention's weights into a linear-attention-transformer SelfAttention.
 
-    Uses notebook 05, section 2 (LAT's rows sum to D^-1/2) and section 3 (a weight transplant is tested by
-    comparing outputs). Appendix A moves whole LAT stacks the other way, their weights into minilin's blocks
-    (minilin.peers: read it once you are done).
+    Uses notebook 05, section 2 (LAT's `linear_attn` is ours times a constant) and section 3 (a weight transplant
+    is tested by comparing outputs). Appendix A moves whole LAT stacks the other way, their weights into minilin's
+    blocks (minilin.peers: read it once you are done).
     ours: minilin.efficient.EfficientSelfAttention(dim, heads, dim_head=D) (no q/k/v bias)
     lat:  linear_attention_transformer.linear_attention_transformer.SelfAttention(dim, heads, dim_head=D),
           non-causal, same sizes, random weights.  Returns lat, modified in place, such that
@@ -82,7 +82,7 @@ def transplant_into_lat(ours, lat):
 
     Hint 1 (nudge): both modules have to_q, to_k, to_v and to_out of the same shapes. If the input to their
         to_out is ours times a constant c, how can to_out undo that constant? Does to_out's bias see it?
-    Hint 2 (plan): find c from section 2 (which head size does it use?); without recording gradients, copy
+    Hint 2 (plan): measure c at both head sizes (Hint 3 says how); without recording gradients, copy
         what needs no change as it is, and give one layer (to_out is one way) a weight that undoes c.
     Hint 3 (formula): with the four layers copied as they are, lat(x) − b = c·(ours(x) − b), b the shared to_out
         bias. Measure c as that ratio at both head sizes, and write it as a power of one size of the layer.
