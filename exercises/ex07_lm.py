@@ -220,8 +220,8 @@ def predicted_crossover(heads, head_dim, features):
     """Task 7.9 (predict the finding): after how many tokens does a key/value cache outgrow a linear-attention state?
 
     Notebook 07, section 7 measures one case: at its sizes the cache of exact attention grows with every token and
-    the state of linear attention does not. minilin's state per head is S (features x head_dim), z (features) and a
-    log-scale per feature (features numbers; always zeros for elu+1, but stored, and counted here). Predict, for any
+    the state of linear attention does not. The state per head is S (features x head_dim) and z (features), as in
+    Transformers are RNNs (minilin's log_scale, a stabiliser for Performer, is not counted). Predict, for any
     sizes, without building a model: the smallest number of tokens t >= 1 after which, in every layer and head, the
     key/value cache holds MORE numbers than the state, for a linear attention with `features` features per head
     (elu+1: features = head_dim; Performer: features = m).
@@ -233,10 +233,10 @@ def predicted_crossover(heads, head_dim, features):
 
     Hint 1 (nudge): count what one head keeps. How many numbers does the cache add per token, and how many does the
         state hold whatever the number of tokens?
-    Hint 2 (plan): the state's size for one head (a features x head_dim matrix and two vectors of length features),
+    Hint 2 (plan): the state's size for one head (a features x head_dim matrix and a vector of length features),
         the cache's size after t tokens for one head (keys and values); the heads and the layers multiply both sides
         alike; solve for the first t where the cache is larger.
-    Hint 3 (formula): per head, the state holds a features-by-head_dim matrix and two vectors of length features;
+    Hint 3 (formula): per head, the state holds a features-by-head_dim matrix and one vector of length features;
         the cache holds two vectors of length head_dim per token. The answer is the smallest whole t at which the
         cache's count is strictly larger than the state's. Check it on section 7's sizes against the notebook's table.
     """

@@ -66,29 +66,29 @@ def plot_timing_rounds(samples, noncausal, causal, *, rounds, suptitle):
     return fig
 
 
-def plot_attention_maps(panels, labels, *, suptitle=None, gamma=0.5):
+def plot_attention_maps(panels, labels, *, suptitle=None, gamma=1.0):
     """A row of attention maps on one colour scale (notebook 07's layer-0 heads); returns the Figure.
 
     panels: [(title, (N, N) weights in [0, 1])]; labels: the N bytes (or tokens) shown on both axes.
-    Every panel shares one PowerNorm(gamma, 0, 1) scale (square root by default, so small weights show)
+    Every panel shares one PowerNorm(gamma, 0, 1) scale (linear by default; gamma < 1 makes small weights show)
     and one colour bar; rows are queries, columns keys.
     """
     from matplotlib.colors import PowerNorm
 
     norm = PowerNorm(gamma, vmin=0.0, vmax=1.0)
-    fig, axes = plt.subplots(1, len(panels), figsize=(2.6 * len(panels), 3.7), layout="constrained", squeeze=False)
+    fig, axes = plt.subplots(1, len(panels), figsize=(2.9 * len(panels) + 1.0, 4.0), layout="constrained", squeeze=False)
     for ax, (title, weights) in zip(axes[0], panels):
         if tuple(weights.shape) != (len(labels), len(labels)):
             raise ValueError(f"panel {title!r}: weights {tuple(weights.shape)}, but {len(labels)} labels")
         image = ax.imshow(weights, cmap="magma", norm=norm, interpolation="nearest")
         ax.grid(False)
         ax.tick_params(length=0, pad=1)
-        ax.set_xticks(range(len(labels)), labels, fontsize=6, family="monospace")
-        ax.set_yticks(range(len(labels)), labels, fontsize=6, family="monospace")
-        ax.set_xlabel("key (byte read)", fontsize=8)
-        ax.set_title(title, fontsize=8)
-    axes[0, 0].set_ylabel("query (byte reading)", fontsize=8)
-    fig.colorbar(image, ax=axes[0], shrink=0.8, label=f"attention weight (power {gamma:g} scale)")
+        ax.set_xticks(range(len(labels)), labels, fontsize=8, family="monospace")
+        ax.set_yticks(range(len(labels)), labels, fontsize=8, family="monospace")
+        ax.set_xlabel("key (byte read)", fontsize=9)
+        ax.set_title(title, fontsize=9)
+    axes[0, 0].set_ylabel("query (byte reading)", fontsize=9)
+    fig.colorbar(image, ax=axes[0], shrink=0.8, label="attention weight" + (f" (power {gamma:g})" if gamma != 1 else ""))
     if suptitle:
         fig.suptitle(suptitle, fontsize=10)
     return fig

@@ -98,8 +98,8 @@ def efficient_decode_step(q_t, k_t, v_t, state=None):
 
 
 def predicted_crossover(heads, head_dim, features):
-    """Task 7.9: the first t with 2·t·D > F·D + 2F (per head; heads and layers scale both sides alike)."""
-    return (features * head_dim + 2 * features) // (2 * head_dim) + 1
+    """Task 7.9: the first t with 2·t·D > F·D + F (per head; heads and layers scale both sides alike)."""
+    return (features * head_dim + features) // (2 * head_dim) + 1
 
 
 def shifted_linear_mix(q, k, v, mu):

@@ -276,7 +276,8 @@ def efficient_decode_step(f):
 
 def measured_crossover(heads, head_dim, features):
     """From TinyLM's own decoding states after one token: the cache's numbers per token (exact attention) and the
-    state's numbers (Performer with m = features, or elu+1 when features == head_dim); the first t with more."""
+    state's S and z (Performer with m = features, or elu+1 when features == head_dim; minilin's extra log_scale, a
+    stabiliser that elu+1 leaves at 0, is not the RNN state of Katharopoulos et al.); the first t with more."""
     from minilin.model import LMConfig, TinyLM
     config = LMConfig(dim=heads * head_dim, heads=heads, depth=1, positions="rope", block_size=8)
     held = {}
@@ -286,7 +287,7 @@ def measured_crossover(heads, head_dim, features):
             _, state = model.step(torch.tensor([1]), None)
         layer = state["layers"][0]
         held[attention] = (layer["k"].numel() + layer["v"].numel() if attention == "exact"
-                           else layer.kv.numel() + layer.z.numel() + layer.log_scale.numel())
+                           else layer.kv.numel() + layer.z.numel())
     per_token, state_numbers = held.pop("exact"), held.popitem()[1]
     return state_numbers // per_token + 1
 

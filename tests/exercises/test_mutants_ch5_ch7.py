@@ -172,9 +172,9 @@ def wsd_lr(step, *, lr, steps, warmup, decay, min_lr):  # a cosine instead of a 
     p = (step - steps + decay) / decay
     return min_lr + (lr - min_lr) * (1 + math.cos(math.pi * p)) / 2
 """),
-    "7.9-no-running-max": ("7.9", "predicted_crossover", """
-def predicted_crossover(heads, head_dim, features):  # S and z only: the stabiliser's running max forgotten
-    return (features * head_dim + features) // (2 * head_dim) + 1
+    "7.9-counts-log-scale": ("7.9", "predicted_crossover", """
+def predicted_crossover(heads, head_dim, features):  # counts minilin's log_scale stabiliser as state: 10 at (4, 16, 16)
+    return (features * head_dim + 2 * features) // (2 * head_dim) + 1
 """),
     "7.4-constant-byte": ("7.4", "mask_for_mlm", """import torch
 def mask_for_mlm(tokens, *, generator, mask_prob=0.15):  # every "random" replacement is one byte
@@ -357,6 +357,16 @@ def test_the_mutants_are_right_somewhere():
     exec(MUTANTS["5.9-no-scale"][2], ns)  # right for elu+1, wrong for softmax only
     from minilin.grading.ex05_peers import focus_scale_reference
     assert abs(ns["focus_scale"](16, 0.8) - focus_scale_reference(16, 0.8, "elu+1")) < 1e-9
+
+
+def test_the_crossover_counts_s_and_z_at_section_7s_sizes():
+    """Task 7.9 at notebook 07's sizes: S (16 x 16) and z (16) are 272 numbers per head, the cache adds 32 per
+    token, so it is larger from t = 9; counting minilin's log_scale too (the mutant) says 10."""
+    from minilin.grading.ex07_lm import measured_crossover
+    assert measured_crossover(4, 16, 16) == 9
+    ns = {}
+    exec(MUTANTS["7.9-counts-log-scale"][2], ns)
+    assert ns["predicted_crossover"](4, 16, 16) == 10
 
 
 def test_the_token_shift_mutants_are_right_somewhere():
