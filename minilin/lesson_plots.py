@@ -1,5 +1,5 @@
-"""Figures of single notebooks, built from what the notebook measured or read: 06's timing rounds, 07's attention
-maps, 08's rank figure, 10's chunk tiles. The benchmark CSV's plots and tables are in `minilin.plots`."""
+"""Figures of single notebooks, built from what the notebook measured or read: 06's timing rounds and memory
+model, 07's attention maps, 08's rank figure, 10's chunk tiles. The benchmark CSV's plots and tables are in `minilin.plots`."""
 import matplotlib.pyplot as plt
 
 from minilin.plots import line_styles
@@ -61,6 +61,38 @@ def plot_timing_rounds(samples, noncausal, causal, *, rounds, suptitle):
     ax.yaxis.set_major_formatter(plain)
     ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     ax.legend(fontsize=8, loc="upper left")
+    fig.suptitle(suptitle, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def plot_memory_vs_n(panels, *, suptitle):
+    """Notebook 06's memory figure: bytes against sequence length on log-log axes, one panel per metric; returns
+    the Figure.
+
+    panels: {panel title: {method: {n: bytes}}}. Dotted guides of slope n and n² start below every line, so a line
+    parallel to one grows like it.
+    """
+    import matplotlib.ticker
+    import numpy as np
+
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 4.4), squeeze=False)
+    for ax, (title, curves) in zip(axes[0], panels.items()):
+        styles = line_styles(list(curves))
+        for name, points in curves.items():
+            ns = sorted(points)
+            ax.plot(ns, [points[n] / 2**20 for n in ns], label=name, linewidth=2, **styles[name])
+        ns = np.array(sorted({n for points in curves.values() for n in points}), dtype=float)
+        base = min(points[min(points)] for points in curves.values()) / 4 / 2**20   # below every line's start
+        for power, label in ((1, "∝ n"), (2, "∝ n²")):
+            ax.plot(ns, base * (ns / ns[0]) ** power, color="0.5", linestyle=":", linewidth=1.2)
+            ax.annotate(label, (ns[-1], base * (ns[-1] / ns[0]) ** power), fontsize=9, color="0.3",
+                        xytext=(4, 0), textcoords="offset points", va="center")
+        ax.set(xscale="log", yscale="log", xlabel="sequence length n", ylabel="MiB", title=title)
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(ns[::2] if len(ns) > 6 else ns)
+        ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda x, _: f"{x:g}"))
+        ax.legend(fontsize=8, loc="upper left")
     fig.suptitle(suptitle, fontsize=10)
     fig.tight_layout()
     return fig

@@ -191,6 +191,18 @@ def test_plot_timing_rounds_draws_medians_and_paired_ratios():
     matplotlib.pyplot.close("all")
 
 
+def test_plot_memory_vs_n_draws_each_method_in_mib_with_slope_guides():
+    panels = {"forward peak": {"exact": {256: 2**20, 512: 4 * 2**20}, "sdpa": {256: 2**20, 512: 2 * 2**20}},
+              "saved": {"sdpa": {256: 2**21, 1024: 2**23}}}
+    fig = lesson_plots.plot_memory_vs_n(panels, suptitle="test")
+    peak, saved = fig.axes
+    assert [line.get_label() for line in peak.lines[:2]] == ["exact", "sdpa"]
+    assert list(peak.lines[0].get_ydata()) == pytest.approx([1.0, 4.0])       # bytes shown in MiB
+    assert list(peak.lines[3].get_ydata()) == pytest.approx([0.25, 1.0])      # the n² guide, a quarter below the lowest start
+    assert list(saved.lines[0].get_xdata()) == [256, 1024] and saved.get_xscale() == "log"
+    matplotlib.pyplot.close("all")
+
+
 def test_plot_attention_maps_shares_one_scale_and_labels():
     import torch
     labels = list("abcd")
