@@ -1,5 +1,6 @@
 """Figures of single notebooks, built from what the notebook measured or read: 06's timing rounds and memory
-model, 07's attention maps, 08's rank figure, 10's chunk tiles. The benchmark CSV's plots and tables are in `minilin.plots`."""
+model, 07's attention maps, 08's rank figure, 10's chunk tiles. The benchmark CSV's plots and tables are in
+`minilin.plots`."""
 import matplotlib.pyplot as plt
 
 from minilin.plots import line_styles
