@@ -6,14 +6,14 @@ import matplotlib.pyplot as plt
 from minilin.plots import line_styles
 
 
-def plot_timing_rounds(samples, noncausal, causal, *, rounds, suptitle):
+def plot_timing_rounds(samples, noncausal, causal, *, rounds, suptitle, base=None):
     """Notebook 06's timing figure from `minilin.bench.interleaved_rounds` samples; returns the Figure.
 
     samples: {(method, n): seconds per call, one value per round}; noncausal, causal: method names (either may be
-    empty: its panels are left out), the first of `causal` the baseline of the ratio panel. Panels: forward time per
-    call of the non-causal and of the causal methods (median of the rounds, band: 25th-75th percentile), then each
-    other causal method's paired ratio, baseline time / method time in the same round (median, bar: 25th-75th
-    percentile; above 1: faster).
+    empty: its panels are left out); base: the baseline of the ratio panel (default: the first of `causal`; None
+    with no causal methods: no ratio panel). Panels: forward time per call of the non-causal and of the causal
+    methods (median of the rounds, band: 25th-75th percentile), then each other method of base's group as a paired
+    ratio, baseline time / method time in the same round (median, bar: 25th-75th percentile; above 1: faster).
     """
     import matplotlib.ticker
     import numpy as np
@@ -23,7 +23,8 @@ def plot_timing_rounds(samples, noncausal, causal, *, rounds, suptitle):
 
     plain = matplotlib.ticker.FuncFormatter(lambda x, _: f"{x:g}")
     groups = [(names, kind) for names, kind in ((noncausal, "non-causal"), (causal, "causal")) if names]
-    fig, axes = plt.subplots(1, len(groups) + bool(causal), figsize=(4.7 * (len(groups) + bool(causal)), 4.3),
+    base = base or (causal[0] if causal else None)
+    fig, axes = plt.subplots(1, len(groups) + bool(base), figsize=(4.7 * (len(groups) + bool(base)), 4.3),
                              squeeze=False)
     axes = axes[0]
     for ax, (names, kind) in zip(axes, groups):
@@ -41,13 +42,15 @@ def plot_timing_rounds(samples, noncausal, causal, *, rounds, suptitle):
         ax.legend(fontsize=8, loc="upper left")
         ax.yaxis.set_major_formatter(plain)
         ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())  # plain numbers only, no 3x10^0 beside 4
-    if not causal:
+    if not base:
         fig.suptitle(suptitle, fontsize=10)
         fig.tight_layout()
         return fig
-    ax, lowest, base = axes[-1], 1.0, causal[0]
+    ax, lowest = axes[-1], 1.0
+    group = causal if base in causal else noncausal
+    styles = line_styles(group)
     lengths = sorted(n for (method, n) in samples if method == base)
-    for name in causal[1:]:
+    for name in (name for name in group if name != base):
         lo, med, hi = np.array([spread(np.asarray(samples[base, n]) / np.asarray(samples[name, n]))
                                 for n in lengths]).T
         lowest = min(lowest, lo.min())

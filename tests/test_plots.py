@@ -188,6 +188,10 @@ def test_plot_timing_rounds_draws_medians_and_paired_ratios():
     assert len(alone.axes) == 1 and list(alone.axes[0].lines[0].get_ydata()) == pytest.approx([2.0, 2.0])
     causal = lesson_plots.plot_timing_rounds(samples, (), ("sdpa-causal", "performer-causal"), rounds=2, suptitle="test")
     assert len(causal.axes) == 2 and list(causal.axes[1].lines[0].get_ydata()) == pytest.approx([1.25, 1.25])
+    samples |= {("sdpa", n): [2e-3, 2e-3] for n in (256, 512)}   # a non-causal baseline: exact's ratios 2 and 2/3
+    plain = lesson_plots.plot_timing_rounds(samples, ("exact", "sdpa"), (), rounds=2, suptitle="test", base="sdpa")
+    assert len(plain.axes) == 2 and list(plain.axes[1].lines[0].get_ydata()) == pytest.approx([4 / 3, 4 / 3])
+    assert plain.axes[1].get_ylabel() == "sdpa time / method time"
     matplotlib.pyplot.close("all")
 
 
