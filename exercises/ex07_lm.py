@@ -236,9 +236,9 @@ def predicted_crossover(heads, head_dim, features):
     Hint 2 (plan): the state's size for one head (a features x head_dim matrix and a vector of length features),
         the cache's size after t tokens for one head (keys and values); the heads and the layers multiply both sides
         alike; solve for the first t where the cache is larger.
-    Hint 3 (formula): per head, the state holds a features-by-head_dim matrix and one vector of length features;
-        the cache holds two vectors of length head_dim per token. The answer is the smallest whole t at which the
-        cache's count is strictly larger than the state's. Check it on section 7's sizes against the notebook's table.
+    Hint 3 (formula): the cache's count is t times what one token adds, so divide the state's count by that
+        per-token count; the answer is the next whole number above the quotient (one more if the quotient is whole).
+        Check it on section 7's sizes against the notebook's table.
     """
     raise NotImplementedError("Task 7.9")
 

@@ -102,18 +102,23 @@ def plot_memory_vs_n(panels, *, suptitle):
     return fig
 
 
-def plot_attention_maps(panels, labels, *, suptitle=None, gamma=1.0):
-    """A row of attention maps on one colour scale (notebook 07's layer-0 heads); returns the Figure.
+def plot_attention_maps(panels, labels, *, suptitle=None, gamma=1.0, ncols=None):
+    """Attention maps on one colour scale (notebook 07's layer-0 heads), `ncols` per row; returns the Figure.
 
     panels: [(title, (N, N) weights in [0, 1])]; labels: the N bytes (or tokens) shown on both axes.
     Every panel shares one PowerNorm(gamma, 0, 1) scale (linear by default; gamma < 1 makes small weights show)
-    and one colour bar; rows are queries, columns keys.
+    and one colour bar; rows are queries, columns keys; each row of panels has its own y-label.
     """
     from matplotlib.colors import PowerNorm
 
     norm = PowerNorm(gamma, vmin=0.0, vmax=1.0)
-    fig, axes = plt.subplots(1, len(panels), figsize=(2.9 * len(panels) + 1.0, 4.0), layout="constrained", squeeze=False)
-    for ax, (title, weights) in zip(axes[0], panels):
+    ncols = ncols or len(panels)
+    nrows = -(-len(panels) // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(2.9 * ncols + 1.0, 4.0 * nrows), layout="constrained",
+                             squeeze=False)
+    for ax in axes.flat[len(panels):]:
+        ax.set_visible(False)
+    for ax, (title, weights) in zip(axes.flat, panels):
         if tuple(weights.shape) != (len(labels), len(labels)):
             raise ValueError(f"panel {title!r}: weights {tuple(weights.shape)}, but {len(labels)} labels")
         image = ax.imshow(weights, cmap="magma", norm=norm, interpolation="nearest")
@@ -123,8 +128,9 @@ def plot_attention_maps(panels, labels, *, suptitle=None, gamma=1.0):
         ax.set_yticks(range(len(labels)), labels, fontsize=8, family="monospace")
         ax.set_xlabel("key (byte read)", fontsize=9)
         ax.set_title(title, fontsize=9)
-    axes[0, 0].set_ylabel("query (byte reading)", fontsize=9)
-    fig.colorbar(image, ax=axes[0], shrink=0.8, label="attention weight" + (f" (power {gamma:g})" if gamma != 1 else ""))
+    for row in axes:
+        row[0].set_ylabel("query (byte reading)", fontsize=9)
+    fig.colorbar(image, ax=axes, shrink=0.8, label="attention weight" + (f" (power {gamma:g})" if gamma != 1 else ""))
     if suptitle:
         fig.suptitle(suptitle, fontsize=10)
     return fig

@@ -220,6 +220,9 @@ def test_plot_attention_maps_shares_one_scale_and_labels():
     assert (images[0].get_array() == torch.eye(4).numpy()).all()       # the weights, not a transpose or a copy of another
     with pytest.raises(ValueError, match="3 labels"):
         lesson_plots.plot_attention_maps(maps, labels[:3])
+    grid = lesson_plots.plot_attention_maps(maps * 2, labels, ncols=2)   # two rows, each with its own y-label
+    shown = [ax for ax in grid.axes if ax.images]
+    assert len(shown) == 4 and [ax.get_ylabel() != "" for ax in shown] == [True, False, True, False]
     matplotlib.pyplot.close("all")
 
 
