@@ -183,8 +183,9 @@ def plot_rank_two_ways(cut, trained, curve, band, *, markers, chance, curve_titl
 
     cut: {label: DataFrame (r x seed)}, a copying map cut to rank r per head; trained: {label: {k: {seed: acc}}},
     models trained at k (one E, F shared by both heads); the two get separate x axes because rank r per head is not
-    rank k per layer. curve: DataFrame (step, seed, val_acc) of one model; band: (label, low, high), a final score
-    drawn only at the curve's last step. markers: {seed: marker}; the i-th label of cut and trained shares a colour.
+    rank k per layer. curve: DataFrame (step, seed, val_acc) of one model, or {label: DataFrame} of its runs (at
+    several rates, say); band: (label, low, high), a final score drawn only at the curves' last step. markers:
+    {seed: marker}; the i-th label of cut and trained shares a colour.
     """
     from matplotlib.lines import Line2D
 
@@ -197,9 +198,12 @@ def plot_rank_two_ways(cut, trained, curve, band, *, markers, chance, curve_titl
         for s in markers:
             ks = sorted(by_k)
             ax_k.plot(ks, [by_k[k][s] for k in ks], marker=markers[s], color=colours[i], lw=0.8, mfc="none" if i else None)
-    for s, c in curve.groupby("seed"):
-        ax_t.plot(c.step, c.val_acc, marker=markers[s], color=colours[-1], lw=0.8, mfc="none")
-    last = curve.step.max()
+    curves = curve if isinstance(curve, dict) else {None: curve}
+    for (label, run), colour in zip(curves.items(), [colours[-1], "tab:orange", "tab:red"]):
+        for s, c in run.groupby("seed"):
+            ax_t.plot(c.step, c.val_acc, marker=markers[s], color=colour, lw=0.8, mfc="none",
+                      label=label if s == min(markers) else None)
+    last = max(run.step.max() for run in curves.values())
     name, low, high = band
     ax_t.errorbar([last], [(low + high) / 2], yerr=[[(high - low) / 2]], fmt="_", ms=14, capsize=6, color="0.3", label=name)
     styles = lambda labels: [Line2D([], [], color=colours[i], lw=0.8, marker="o", mfc="none" if i else None, label=label)

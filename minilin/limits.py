@@ -355,6 +355,26 @@ def load_copy_grid(reference=REFERENCE):
     return CopyGrid(reference)
 
 
+def rank_two_ways(grid, lr=SWEEP["lr"], ks=(16, 32, 64), reference=REFERENCE):
+    """Notebook 08's section 4 from the committed runs, all from the selection start. Returns (cut, trained, curves):
+    cut {steps: DataFrame (r x seed)}, a k = 64 Linformer's map cut to rank r per head; trained {steps: {k: {seed:
+    accuracy}}}, Linformers trained at k; both at `lr`, for 400 steps (the grid) and for the long runs' steps
+    (limits_copy_long.csv). curves {lr: DataFrame (step, seed, val_acc)}: k = 16 during the long run, at `lr` and at
+    the rate of limits_copy_long_lr1e-2.csv."""
+    name = lambda k: f"Linformer k={k}, selection init"
+    runs = read_grid("limits_copy_long.csv", reference)
+    steps = int(runs.step.max())
+    last = runs[(runs.step == steps) & (runs.measure == "val_acc")]
+    cut = {400: grid.rank_cuts(name(64), lr),
+           steps: runs[runs.measure == "rank_cut"].assign(r=lambda d: d.r.astype(int))
+           .pivot(index="r", columns="seed", values="val_acc")}
+    trained = {400: {k: grid.seeds_at(name(k), lr=lr)[0] for k in ks},
+               steps: {k: last[last.model == name(k)].set_index("seed").val_acc.to_dict() for k in ks}}
+    fast = read_grid("limits_copy_long_lr1e-2.csv", reference)
+    curves = {lr: runs[(runs.model == name(16)) & (runs.measure == "val_acc")], float(fast.lr.iloc[0]): fast}
+    return cut, trained, {r: c[["step", "seed", "val_acc"]].reset_index(drop=True) for r, c in curves.items()}
+
+
 def load_recall_grid(name="limits_recall_scattered.csv", reference=REFERENCE, step=None):
     """{(model, pairs): {seed: accuracy}} of a committed recall grid, at the final step or at `step`."""
     g = read_grid(name, reference)

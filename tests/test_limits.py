@@ -203,3 +203,16 @@ def test_committed_k16_runs_at_lr_1e2_cover_three_seeds_and_say_how_they_were_ma
     assert set(last.model) == {"Linformer k=16, selection init"} and sorted(last.seed) == [0, 1, 2]
     assert set(g.lr) == {0.01}
     assert (last.val_acc >= 0.95).sum() == 1   # what notebook 08 says: one seed of three copies
+
+
+def test_rank_two_ways_reads_section_4_from_the_committed_runs():
+    """Notebook 08's section 4: cuts and trained-at-k scores at 400 and 1200 steps, k = 16 curves at two rates."""
+    cut, trained, curves = limits.rank_two_ways(limits.load_copy_grid())
+    assert list(cut) == [400, 1200] and list(trained) == [400, 1200] and list(curves) == [3e-3, 1e-2]
+    assert list(cut[1200].index) == [16, 32, 63] and list(cut[1200].columns) == [0, 1, 2] and 48 in cut[400].index
+    assert all(sorted(trained[t][k]) == [0, 1, 2] for t in trained for k in (16, 32, 64))
+    assert trained[1200][64] == {0: 1.0, 1: 1.0, 2: 1.0} and min(trained[1200][16].values()) > max(trained[400][16].values())
+    for c in curves.values():
+        assert list(c.columns) == ["step", "seed", "val_acc"] and c.step.max() == 1200 and sorted(set(c.seed)) == [0, 1, 2]
+    fast = curves[1e-2]
+    assert (fast[fast.step == 1200].val_acc >= 0.95).sum() == 1

@@ -261,4 +261,10 @@ def test_plot_rank_two_ways_keeps_per_head_and_per_layer_apart():
     band = [c for c in ax_t.containers]                                              # the band: at the last step only
     assert len(band) == 1 and list(band[0].lines[0].get_xdata()) == [300]
     assert band[0].lines[0].get_ydata()[0] == pytest.approx(0.6)
+    two = lesson_plots.plot_rank_two_ways(cut, trained, {"lr a": curve, "lr b": curve.assign(step=curve.step * 2)},
+                                          ("band", 0.55, 0.65), markers=markers, chance=1 / 16)
+    ax_t = two.axes[2]                                                               # two rates: two colours, labelled
+    assert {t.get_text() for t in ax_t.get_legend().get_texts()} >= {"lr a", "lr b"}
+    assert len({l.get_color() for l in ax_t.get_lines() if l.get_marker() not in (None, "", "None")} - {"0.3"}) == 2
+    assert list(ax_t.containers[0].lines[0].get_xdata()) == [600]
     matplotlib.pyplot.close("all")
