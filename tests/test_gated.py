@@ -142,6 +142,34 @@ def test_gate_of_minus_infinity_forgets_everything():
     torch.testing.assert_close(out[:, :, 6:], fresh, atol=TOL, rtol=0)  # nothing before token 6 survives
 
 
+@pytest.mark.parametrize("name", ["gla", "gated-deltanet"])
+@pytest.mark.parametrize("chunk_size", [4, 5, 64])   # the closed gate first in its chunk, inside one, one chunk
+def test_closed_gate_in_the_chunks_is_the_token_loop_with_a_zero(name, chunk_size):
+    """A log gate of −∞ at token 8 (GLA: on half the key features) goes through the chunked form's cumulative
+    sums as the token loop written with a 0 by hand (no exp(−∞)); the notebook's reset demo relies on it."""
+    q, k, v, gates, _ = inputs(name, N=16)
+    gate = torch.ones(2, 3, 16, 5, dtype=torch.float64)       # 1: open, 0: closed
+    gate[:, :, 8, :3 if name == "gla" else 5] = 0.0
+    if name == "gla":
+        gates["log_gate"] = gate.log()
+    else:
+        gate = gate[..., 0]
+        gates["log_alpha"] = gate.log()
+    out, state = chunked(name, q, k, v, gates, return_state=True, chunk_size=chunk_size)
+    S, outs = torch.zeros(2, 3, 5, 4, dtype=torch.float64), []
+    for t in range(16):
+        k_t, v_t = k[:, :, t, :, None], v[:, :, t, None, :]
+        if name == "gla":                                     # S = diag(α_t) S + k vᵀ
+            S = gate[:, :, t, :, None] * S + k_t * v_t
+        else:                                                 # S = α_t (I − β k kᵀ) S + β k vᵀ
+            b, a = gates["beta"][:, :, t, None, None], gate[:, :, t, None, None]
+            S = a * (S - b * k_t * (k_t.transpose(-2, -1) @ S)) + b * k_t * v_t
+        outs.append((q[:, :, t, None, :] @ S)[..., 0, :] / 5 ** 0.5)
+    assert out.isfinite().all()
+    torch.testing.assert_close(out, torch.stack(outs, dim=2), atol=TOL, rtol=0)
+    torch.testing.assert_close(state, S, atol=TOL, rtol=0)
+
+
 def test_strong_per_feature_gates_stay_finite_in_float32():
     """Gates that close by more than e^-44 over a chunk (where exp(−b) would overflow float32) take the
     entry-by-entry path: float32 agrees with the float64 reference."""
