@@ -34,7 +34,7 @@ from minilin.grading.release import grade_command, step_id, write_stubs
 from minilin.grading.runner import STATUSES, run_in_process
 
 ROOT = Path(__file__).resolve().parent.parent
-TIMEOUT = 20  # seconds per chapter for the class below (loaded 2-core runners need the margin)
+TIMEOUT = 45  # seconds per chapter for the class below (a 2-core runner at load 15 took over 20 s on chapter 4)
 SANDBOXED, NO_SANDBOX_REASON = sandbox.bwrap_status()
 
 
@@ -278,7 +278,7 @@ def test_a_task_that_ignores_the_causal_flag_earns_partial_credit(graded_class):
 @pytest.mark.needs_solutions
 def test_grading_is_bounded_and_leaves_everything_else_alone(graded_class):
     # 11 students, 2 at a time, one hang of TIMEOUT s: a wide bound that still catches a grader that waits forever
-    assert graded_class["elapsed"] < 300
+    assert graded_class["elapsed"] < 400
     assert not any(graded_class["damage"].values()), graded_class["damage"]
 
 
