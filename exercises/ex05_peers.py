@@ -1,8 +1,8 @@
 """Exercises for notebook 05, whose idea is to know what a peer library really computes and to test that two
-implementations agree: write what LAT computes (5.1, 5.2), move weights between a library and ours (5.3, 5.4),
-check a count against an independent counter (5.5), extend section 1's linear attention (5.6, 5.7: extend), predict
-where LAT's causal clamp starts to act and measure it on LAT (5.8: predict, then measure), and measure how sharply
-elu+1 and softmax focus (5.9). Tasks 5.1-5.3 are the core; 5.8 is an optional challenge; 5.4-5.7 and 5.9 are optional.
+implementations agree: write what LAT computes (5.1, 5.2), move weights between a library and ours (5.3, a warm-up,
+and 5.4), extend section 1's linear attention (5.6), and predict where LAT's causal clamp starts to act and measure it
+on LAT (5.8: predict, then measure). Tasks 5.1-5.3 are the core; 5.8 is an optional challenge; 5.4 and 5.6 are
+optional.
 
 Implement each function, then grade yourself:  python -m minilin grade --chapter 5
 Shapes follow the course convention: q (B, H, N, D), k (B, H, M, D), v (B, H, M, Dv);
@@ -68,7 +68,8 @@ def causal_efficient_attention(q, k, v, bucket_size=1):
 
 
 def transplant_into_lat(ours, lat):
-    """Task 5.3: copy our EfficientSelfAttention's weights into a linear-attention-transformer SelfAttention.
+    """Task 5.3 (a warm-up): copy our EfficientSelfAttention's weights into a linear-attention-transformer
+    SelfAttention.
 
     Uses notebook 05, section 2 (LAT's `linear_attn` is ours times a constant) and section 3 (a weight transplant
     is tested by comparing outputs). Appendix A moves whole LAT stacks the other way, their weights into minilin's
@@ -82,10 +83,11 @@ def transplant_into_lat(ours, lat):
 
     Hint 1 (nudge): both modules have to_q, to_k, to_v and to_out of the same shapes. If the input to their
         to_out is ours times a constant c, how can to_out undo that constant? Does to_out's bias see it?
-    Hint 2 (plan): measure c at both head sizes (Hint 3 says how); without recording gradients, copy
-        what needs no change as it is, and give one layer (to_out is one way) a weight that undoes c.
+    Hint 2 (plan): without recording gradients, copy what needs no change as it is, and give one layer (to_out
+        is one way) a weight that undoes c; then test at both head sizes, with and without a mask.
     Hint 3 (formula): with the four layers copied as they are, lat(x) − b = c·(ours(x) − b), b the shared to_out
-        bias. Measure c as that ratio at both head sizes, and write it as a power of one size of the layer.
+        bias, so to_out's weight divided by c (its bias unchanged) makes the two equal. c is not a fitted number:
+        find the line of LAT's `linear_attn` that brings it in and write c in the layer's sizes.
     """
     raise NotImplementedError("Task 5.3")
 
@@ -111,33 +113,6 @@ def linformer_into_ours(theirs, ours):
         the linear layers need no change.
     """
     raise NotImplementedError("Task 5.4")
-
-
-def block_flops(batch, n, dim, *, proj_len=None, ff_mult=4):
-    """Task 5.5 (optional): FLOPs of one forward pass of a pre-norm Transformer block, counted from first principles.
-
-    Section 3's test against an independent implementation, applied to a cost: your count against PyTorch's
-    FlopCounterMode, for the block Appendix A matches to LAT's layers; any batch, length, width and ff_mult.
-    The block is minilin.model.Block: x + attn(LN(x)), then x + MLP(LN(x)) with MLP = Linear(dim, ff_mult·dim),
-    GELU, Linear(ff_mult·dim, dim). attn: exact attention when proj_len is None, else Linformer projecting
-    the n keys and values to proj_len positions (E @ K, F @ V; the paper calls proj_len k). Count as
-    torch.utils.flop_counter.FlopCounterMode does:
-    a matrix product (a×b)@(b×c) costs 2·a·b·c FLOPs; LayerNorm, softmax, GELU, bias adds cost 0.
-    The answer does not depend on the number of heads (why?). Return a Python int. The checks compare with
-    the counter on three shapes (batch 1 to 3, ff_mult 2 to 4, two numbers of heads each), exact and Linformer.
-
-    Hint 1 (nudge): every FLOP the counter sees is in a matrix product. Read minilin.model.Block's forward and
-        the attention it calls, and write down each product with the shapes of its two operands. For the heads:
-        H heads of width dim / H each do a product whose cost is proportional to their width; what is the sum?
-    Hint 2 (plan): split the block into the parts that act on each position alone (the linear layers) and the
-        attention step that mixes positions. Count the first per position, then times n and batch; count the
-        second per head from its shapes, then use H · Dh = dim. Check your sum on a tiny case with
-        torch.utils.flop_counter.FlopCounterMode before trusting it.
-    Hint 3 (formula): each product costs 2·(rows)·(shared length)·(columns). The linear layers cost
-        2·n·(inputs)·(outputs) each; exact attention adds two products of n·n·dim summed over the heads,
-        Linformer four of n·proj_len·dim. Sum and multiply by batch.
-    """
-    raise NotImplementedError("Task 5.5")
 
 
 def chunked_causal_linear_attention(q, k, v, chunk_size, mask=None):
@@ -167,31 +142,6 @@ def chunked_causal_linear_attention(q, k, v, chunk_size, mask=None):
         weighted 0). After the chunk, the state grows by that chunk's real keys only.
     """
     raise NotImplementedError("Task 5.6")
-
-
-def decayed_linear_attention(q, k, v, gamma):
-    """Task 5.7 (optional, extend): causal linear attention whose past fades by γ per step, one
-    decay per head (RetNet's retention; flash-linear-attention's `fla.ops.retention`).
-
-    Extends the RNN form of linear attention (notebook 05, section 1; notebook 04, section 6) to a state that
-    decays; notebook 09 builds it later (section 1), so try it before you read that.
-    q, k: (B, H, N, D), v: (B, H, N, Dv), gamma: (H,) float tensor of decays in [0, 1]  ->  (B, H, N, Dv)
-    out_i = D^(-1/2) Σ_{j <= i} γ_h^(i − j) (q_i·k_j) v_j  (no feature map, no normaliser; γ^0 = 1).
-    Use a state of constant size per head (D × Dv), not an (N × N) matrix: the checks record every matrix
-    product and an (N × N) one fails. They compare with a loop over i and j <= i on two shapes, γ = 0 (each
-    query sees only its own key), with fla's `naive_retention` when fla is installed, and probe the future.
-
-    Hint 1 (nudge): without the decay, the sum over j <= i is a running sum that grows by one term per step.
-        What happens to every earlier term of that sum when you multiply the whole running sum by γ?
-    Hint 2 (plan): a state S of shape (B, H, D, Dv), zeros at first; for each position in order: multiply S by
-        that head's γ (shaped to broadcast over the batch and the state), add the outer product of the
-        position's key and value, read the output as the query times S, scaled by D^(-1/2); stack the outputs
-        along the position axis.
-    Hint 3 (formula): write the state after step i in terms of the state after step i − 1 so that, unrolled, the
-        term of key j carries exactly γ^(i − j); then read the output from the state with the scale D^(−1/2).
-        Check your order of "decay" and "add" on γ = 0.
-    """
-    raise NotImplementedError("Task 5.7")
 
 
 def clamp_onset(q, k, bucket_size=1):
@@ -226,30 +176,3 @@ def clamp_onset(q, k, bucket_size=1):
         logarithms and solve for s.
     """
     raise NotImplementedError("Task 5.8")
-
-
-def focus_scale(n, target, kernel="elu+1"):
-    """Task 5.9 (optional): how large must queries and keys be before a kernel puts a given share of
-    each query's weight on its own key?
-
-    Katharopoulos et al.'s elu+1 map (minilin.linear) against softmax, on inputs the notebook does not measure;
-    you find the scale itself, for both kernels and any n. The input: n keys of dimension n, key j = a·(2e_j − 1) (entry j
-    is +a, every other entry −a), and query i = key i. The weights of query i: for "elu+1", φ(q_i)·φ(k_j) with
-    φ(x) = elu(x) + 1, divided by their sum over j; for "softmax", softmax over j of q_i·k_j/√n. The own-key weight
-    (the weight of query i on key i) is the same for every i; at a = 0 it is 1/n, and it grows with a.
-    n: int >= 2, target: float in (1/n, 1), kernel: "elu+1" or "softmax"  ->  a Python float, the a > 0 at which
-    the own-key weight equals target, accurate to 1e-6.
-    Predict first, and write it down: as n grows from 8 to 512, which kernel needs the larger a to reach 0.9? Does
-    the answer change with n? Then measure, and explain what you see through softmax's 1/√D (here D = n). The
-    checks use n from 8 to 512, both kernels and targets drawn between 0.5 and 0.95.
-
-    Hint 1 (nudge): first write the own-key weight as a function of a (build the n keys, form one kernel's
-        weights, read a diagonal entry), then find where that function crosses target.
-    Hint 2 (plan): the weight grows with a, so bracket the answer: start from [0, 1] and double the upper end
-        until the weight there reaches target; then halve the bracket until it is narrower than 1e-9. At large n
-        and a the logits of softmax are in the thousands: keep the softmax stable.
-    Hint 3 (formula): by symmetry only two weights exist, the own key's and any other key's. Work out both
-        unnormalised weights in closed form for each kernel (count how many entries of q_i and k_j are +a or −a
-        together); the own-key weight is own / (own + (n − 1)·other). softmax's then solves for a directly.
-    """
-    raise NotImplementedError("Task 5.9")

@@ -1,7 +1,7 @@
 """FLOPs as torch counts them: FlopCounterMode, plus the fused CPU flash-attention kernel (matmul-like ops only).
 
-Its own module, importing only torch, so that the grader (Task 5.5 counts a Block's FLOPs) and the benchmark
-(`minilin.bench.meters`) share it without the grader importing the benchmark's package.
+Its own module, importing only torch, so that it can be used (by `minilin.bench.meters`, and by any check) without
+importing the benchmark's package.
 """
 import torch
 from torch.utils.flop_counter import FlopCounterMode, sdpa_backward_flop_count, sdpa_flop_count

@@ -1,6 +1,5 @@
-"""Solutions for notebook 05 (exercises/ex05_peers.py): efficient attention, weight transplants, FLOPs,
-chunked causal linear attention, decayed linear attention, where LAT's causal clamp starts to act, how sharply elu+1
-and softmax focus."""
+"""Solutions for notebook 05 (exercises/ex05_peers.py): efficient attention, weight transplants, chunked causal
+linear attention, where LAT's causal clamp starts to act."""
 import math
 
 import torch
@@ -52,18 +51,6 @@ def linformer_into_ours(theirs, ours):
     return ours
 
 
-def block_flops(batch, n, dim, *, proj_len=None, ff_mult=4):
-    """Task 5.5: 4 projections + MLP, plus scores and mixing (and E@K, F@V for Linformer)."""
-    projections = 4 * 2 * batch * n * dim * dim  # q, k, v, out: (n × dim) @ (dim × dim) each
-    mlp = 2 * 2 * batch * n * dim * (ff_mult * dim)
-    if proj_len is None:
-        mixing = 2 * (2 * batch * n * n * dim)  # q kᵀ and P v, summed over heads: H · Dh = dim
-    else:
-        k = proj_len  # the paper's letter
-        mixing = 2 * (2 * batch * k * n * dim) + 2 * (2 * batch * n * k * dim)  # E K, F V; q (EK)ᵀ, P (FV)
-    return projections + mlp + mixing
-
-
 def chunked_causal_linear_attention(q, k, v, chunk_size, mask=None):
     """Task 5.6: inside a chunk the masked (C × C) form, across chunks the running sums S and z."""
     phi_q = torch.nn.functional.elu(q) + 1
@@ -86,18 +73,6 @@ def chunked_causal_linear_attention(q, k, v, chunk_size, mask=None):
     return torch.cat(pieces, dim=2)
 
 
-def decayed_linear_attention(q, k, v, gamma):
-    """Task 5.7: the state S_i = γ S_(i-1) + k_i v_iᵀ, out_i = S_iᵀ q_i / √D, one token at a time."""
-    B, H, N, D = q.shape
-    decay = gamma.to(q.dtype).view(1, H, 1, 1)
-    S = q.new_zeros(B, H, D, v.shape[-1])
-    rows = []
-    for i in range(N):
-        S = decay * S + torch.einsum("bhd,bhe->bhde", k[:, :, i], v[:, :, i])
-        rows.append(torch.einsum("bhd,bhde->bhe", q[:, :, i], S) / D ** 0.5)
-    return torch.stack(rows, dim=2)
-
-
 def clamp_onset(q, k, bucket_size=1):
     """Task 5.8: LAT clamps D^-1/2 φ_q(q_i)·z_i at 1e-3, and a shift s multiplies z_i by e^s: the onset is the s
     at which the smallest visible denominator, times e^s, reaches 1e-3 √D."""
@@ -108,22 +83,3 @@ def clamp_onset(q, k, bucket_size=1):
     seen = last >= 0
     den = torch.einsum("bhnd,bhnd->bhn", torch.softmax(q, dim=-1)[:, :, seen], prefix[:, :, last[seen]])
     return math.log(1e-3 * math.sqrt(d)) - math.log(den.min().item())
-
-
-def focus_scale(n, target, kernel="elu+1"):
-    """Task 5.9: the a at which query i's weight on key i reaches target, keys a·(2e_j − 1), queries = keys."""
-    def own_weight(a):  # by symmetry: own / (own + (n − 1)·other), each unnormalised weight in closed form
-        if kernel == "softmax":  # q_i·k_j = a²(n − 4 + 4δ_ij); only the gap 4a²/√n matters
-            return 1.0 / (1.0 + (n - 1) * math.exp(-4 * a * a / math.sqrt(n)))
-        big, small = a + 1.0, math.exp(-a)  # elu(a) + 1 and elu(−a) + 1
-        own = big * big + (n - 1) * small * small
-        other = 2 * big * small + (n - 2) * small * small
-        return own / (own + (n - 1) * other)
-
-    lo, hi = 0.0, 1.0
-    while own_weight(hi) < target:
-        lo, hi = hi, 2 * hi
-    while hi - lo > 1e-10:
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if own_weight(mid) < target else (lo, mid)
-    return (lo + hi) / 2
