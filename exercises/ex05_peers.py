@@ -86,8 +86,8 @@ def transplant_into_lat(ours, lat):
     Hint 2 (plan): without recording gradients, copy what needs no change as it is, and give one layer (to_out
         is one way) a weight that undoes c; then test at both head sizes, with and without a mask.
     Hint 3 (formula): with the four layers copied as they are, lat(x) − b = c·(ours(x) − b), b the shared to_out
-        bias, so to_out's weight divided by c (its bias unchanged) makes the two equal. c is not a fitted number:
-        find the line of LAT's `linear_attn` that brings it in and write c in the layer's sizes.
+        bias: which of to_out's two tensors must change, and how, for the right side to lose its c? c is not a
+        fitted number: find the line of LAT's `linear_attn` that brings it in and write c in the layer's sizes.
     """
     raise NotImplementedError("Task 5.3")
 
