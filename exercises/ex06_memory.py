@@ -99,8 +99,8 @@ def causal_block_work(n, q_block, kv_block):
     ones may be shorter) and computes a whole (query block, key block) tile whenever at least one of its keys is
     visible to one of its queries (key index <= query index), masking inside it; tiles wholly above the diagonal are
     skipped.  ->  a float: the number of score entries it computes divided by n².
-    Notebook 06 (section 3) measured SDPA's causal CPU kernel, which cuts the keys into blocks of 512; here both
-    block sizes are yours. Before you code it, predict on paper the share for n = 1024 with tiles of 256 x 512 and
+    Notebook 06 (section 5, Appendix C) measured SDPA's causal CPU kernel, which cuts the keys into blocks of 512;
+    here both block sizes are yours. Before you code it, predict on paper the share for n = 1024 with tiles of 256 x 512 and
     for tiles of 512 x 256, then let the grader measure: it runs such a blocked loop on meta tensors under
     FlopCounterMode and divides by the count of the full product.
 
