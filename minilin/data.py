@@ -1,7 +1,8 @@
 """Offline data for the tiny language model: a byte tokenizer, text corpora, batches, synthetic tasks.
 
 Everything here runs without a network: the default corpus is the English documentation Python ships
-(`pydoc_data.topics`, about 465k characters), any UTF-8 file can replace it, and two synthetic tasks
+(`pydoc_data.topics` of Python 3.11.7, about 466k bytes, kept in `pydoc_topics.txt.gz` beside this file because the
+topics change between Python releases; © Python Software Foundation, PSF License), any UTF-8 file can replace it, and two synthetic tasks
 (associative recall, span copying) are generated on the fly from a `torch.Generator`.
 
 Tokens are bytes: ids 0..255 are the UTF-8 bytes of the text (so the vocabulary is 256 and the round trip
@@ -12,6 +13,8 @@ Every batch is a pair (x, targets) of (B, L) long tensors with targets aligned t
 position t compares the model's output at t with targets[t]; IGNORE = -100 marks positions without a loss
 (`F.cross_entropy(..., ignore_index=-100)`). For the causal LM the shift lives here: targets[t] = x[t + 1].
 """
+import gzip
+import hashlib
 import math
 from pathlib import Path
 
@@ -52,10 +55,19 @@ def decode(ids, errors="replace"):
     return "".join(out)[:-1]  # drop the sentinel's MASK_TEXT
 
 
+PYDOC_FILE = Path(__file__).with_name("pydoc_topics.txt.gz")
+PYDOC_SHA256 = "71f2ff5d99bdc1f9c48c5c2353ad138201c5ca1c377e0226857ef8fa89b8bcee"  # the UTF-8 bytes every stored run used
+
+
 def pydoc_text():
-    """The default corpus: Python's own documentation topics (`pydoc_data.topics`), in sorted key order."""
-    from pydoc_data.topics import topics
-    return "\n\n".join(topics[key] for key in sorted(topics))
+    """The default corpus: Python 3.11.7's documentation topics (`pydoc_data.topics`, joined by blank lines in sorted
+    key order), read from the copy shipped with minilin, so that every Python version trains on the same bytes (the
+    topics of 3.11.2, say, are about a thousand bytes longer)."""
+    data = gzip.decompress(PYDOC_FILE.read_bytes())
+    if hashlib.sha256(data).hexdigest() != PYDOC_SHA256:
+        raise RuntimeError(f"{PYDOC_FILE} is not the corpus the stored runs used: restore it from the course's "
+                           "repository (git checkout -- minilin/pydoc_topics.txt.gz)")
+    return data.decode("utf-8")
 
 
 def load_text(source="pydoc"):
@@ -65,7 +77,7 @@ def load_text(source="pydoc"):
     path = Path(source)
     if not path.is_file():
         raise FileNotFoundError(
-            f"no corpus named {source!r}: pass 'pydoc' (Python's documentation, shipped with Python), "
+            f"no corpus named {source!r}: pass 'pydoc' (Python's documentation, shipped with minilin), "
             f"the path of a UTF-8 text file, or a synthetic task ('recall', 'copy')")
     return path.read_text(encoding="utf-8")
 

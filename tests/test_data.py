@@ -1,11 +1,15 @@
 """Byte tokenizer, corpora, batches, masked-LM corruption and the synthetic tasks of minilin.data."""
+import gzip
+import hashlib
 import math
+import sys
 
 import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
+from minilin import data
 from minilin.data import (
     COPY_MARK,
     IGNORE,
@@ -49,9 +53,20 @@ def test_decode_multibyte_mask_and_invalid_bytes():
         decode([300])
 
 
-def test_pydoc_corpus_is_offline_and_fixed():
+def test_pydoc_corpus_is_offline_and_fixed(tmp_path, monkeypatch):
     text = pydoc_text()
     assert 400_000 < len(text) < 600_000 and "Assignment statements" in text
+    # the same bytes on every Python: the shipped copy, not this interpreter's pydoc_data (which changes by release)
+    assert hashlib.sha256(text.encode("utf-8")).hexdigest() == data.PYDOC_SHA256 and len(text.encode("utf-8")) == 466_273
+    if sys.version_info[:3] == (3, 11, 7):  # the release the copy was taken from
+        from pydoc_data.topics import topics
+        assert text == "\n\n".join(topics[key] for key in sorted(topics))
+    broken = tmp_path / "pydoc_topics.txt.gz"
+    broken.write_bytes(gzip.compress(text.encode("utf-8")[:-1]))
+    monkeypatch.setattr(data, "PYDOC_FILE", broken)
+    with pytest.raises(RuntimeError, match="not the corpus the stored runs used.*git checkout"):
+        pydoc_text()
+    monkeypatch.undo()
     corpus = ByteCorpus(block_size=64)
     assert len(corpus.tokens) == len(text.encode("utf-8"))
     assert decode(corpus.tokens[:200]) == text.encode("utf-8")[:200].decode("utf-8", errors="replace")
