@@ -1,7 +1,7 @@
 """Exercises for notebook 06: memory and time.
 
 Implement each function, then grade yourself:  python -m minilin grade --chapter 6
-Tasks 6.1-6.3 and 6.5 (optional) are formulas: each returns a number computed from sizes alone, and the grader
+Tasks 6.1-6.3 and 6.5 are formulas (6.2 and 6.5 optional): each returns a number computed from sizes alone, and the grader
 compares it with what minilin.bench's meters count when minilin's own code runs on meta tensors (notebook 06, section 4).
 Task 6.4 computes attention's gradients itself (torch only). Sizes: batch B, heads H, N queries, M (or n) keys and values, head
 dimension D, value dimension Dv, `itemsize` bytes per number (8 for float64, 4 for float32, 2 for bfloat16).
@@ -29,7 +29,7 @@ def exact_saved_bytes(B, H, N, M, D, Dv, itemsize):
 
 
 def linformer_saved_bytes(B, H, N, n, D, Dv, k, itemsize, shared):
-    """Task 6.2: the bytes autograd keeps for backward of Linformer attention softmax(q (E K)ᵀ / √D) (F V).
+    """Task 6.2 (optional): the bytes autograd keeps for backward of Linformer attention softmax(q (E K)ᵀ / √D) (F V).
 
     q: (B, H, N, D), K: (B, H, n, D), V: (B, H, n, Dv); E, F: fixed (k, n) projections shared by the heads (no
     gradient for them), used at their full length n; `shared` True means E and F are one and the same tensor
