@@ -18,24 +18,36 @@ def unit(P, seed):
     return F.normalize(torch.randn(DRAWS, 1, P, D, generator=g, dtype=f64), dim=-1)
 
 
-def write_and_read(P, write, twice=False, beta=1.0):
-    """(values, readouts r_i = Sᵀk_i) after writing P pairs (twice: each key again with a new value)."""
+def write_and_read(P, write, rewritten=None, beta=1.0, gamma=1.0):
+    """(values, readouts r_i = Sᵀk_i) after writing P pairs (rewritten (DRAWS, R): these keys again, new values)."""
     keys, values = unit(P, 30), unit(P, 60)
-    if twice:
-        keys, values = keys.repeat(1, 1, 2, 1), torch.cat([values, unit(P, 90)], dim=2)
+    if rewritten is not None:
+        values = torch.cat([values, unit(rewritten.shape[1], 90)], dim=2)
+        keys = torch.cat([keys, keys.gather(2, rewritten[:, None, :, None].expand(-1, 1, -1, D))], dim=2)
     if write == "additive":
-        S = gated.retention(keys, keys, values, 1.0, scale=1.0, return_state=True)[1]
+        S = gated.retention(keys, keys, values, gamma, scale=1.0, return_state=True)[1]
     else:
         ones = torch.ones(keys.shape[:3], dtype=f64)
         S = gated.gated_delta_rule(keys, keys, values, beta * ones, 0 * ones, scale=1.0, return_state=True)[1]
-    return values[:, 0], (keys @ S)[:, 0, -P:]
+    return values[:, 0], (keys @ S)[:, 0, :P]
 
 
-def hits(P, write, twice=False, beta=1.0):
-    """(DRAWS,) fraction of pairs whose readout points (in angle) at its (new) value among all values."""
-    values, read = write_and_read(P, write, twice, beta)
-    want = torch.arange(P, 2 * P) if twice else torch.arange(P)
-    return ((F.normalize(read, dim=-1) @ values.transpose(-2, -1)).argmax(-1) == want).double().mean(-1)
+def hits(P, write, beta=1.0):
+    """(DRAWS,) fraction of pairs whose readout points (in angle) at its value among all values."""
+    values, read = write_and_read(P, write, beta=beta)
+    return ((F.normalize(read, dim=-1) @ values.transpose(-2, -1)).argmax(-1) == torch.arange(P)).double().mean(-1)
+
+
+def rewrite_hits(P, write, gamma=1.0):
+    """A random half of the keys rewritten in random order: (DRAWS,) fractions of rewritten keys reading their new
+    value and of untouched keys reading their own, among all values."""
+    R = P // 2
+    redo = torch.rand(DRAWS, P, generator=torch.Generator().manual_seed(90 + P)).argsort(-1)[:, :R]
+    want = torch.arange(P).repeat(DRAWS, 1).scatter(1, redo, torch.arange(P, P + R).repeat(DRAWS, 1))
+    new = torch.zeros(DRAWS, P, dtype=torch.bool).scatter(1, redo, True)
+    values, read = write_and_read(P, write, rewritten=redo, gamma=gamma)
+    ok = ((F.normalize(read, dim=-1) @ values.transpose(-2, -1)).argmax(-1) == want).double()
+    return ok[new].view(DRAWS, R).mean(-1), ok[~new].view(DRAWS, P - R).mean(-1)
 
 
 def above(gain, n_se):
@@ -43,10 +55,21 @@ def above(gain, n_se):
 
 
 @pytest.mark.parametrize("ratio", [1, 2, 4])
-def test_additive_writes_beat_delta_at_beta_one_written_once_and_lose_rewritten(ratio):
+def test_additive_writes_beat_delta_at_beta_one_written_once(ratio):
     P = ratio * D
     assert above(hits(P, "additive") - hits(P, "delta"), 4)
-    assert above(hits(P, "delta", twice=True) - hits(P, "additive", twice=True), 4)
+
+
+@pytest.mark.parametrize("ratio", [0.5, 1, 2, 4])
+def test_rewriting_half_the_keys_trades_new_values_for_untouched_keys(ratio):
+    """Delta (β = 1) and retention (γ = 0.95) read the new value more than additive writes and keep fewer untouched
+    keys; delta reads the new value more than retention up to P = D, retention more from 2D."""
+    P = int(ratio * D)
+    (add_new, add_kept), (delta_new, delta_kept) = rewrite_hits(P, "additive"), rewrite_hits(P, "delta")
+    ret_new, ret_kept = rewrite_hits(P, "additive", gamma=0.95)
+    for new, kept in ((delta_new, delta_kept), (ret_new, ret_kept)):
+        assert above(new - add_new, 4) and above(add_kept - kept, 4)
+    assert above(delta_new - ret_new, 4) if P <= D else above(ret_new - delta_new, 4)
 
 
 @pytest.mark.parametrize("ratio", [1, 2, 10])
