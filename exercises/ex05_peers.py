@@ -1,6 +1,6 @@
 """Exercises for notebook 05, whose idea is to know what a peer library really computes and to test that two
-implementations agree: write what LAT computes (5.1, 5.2), move weights between a library and ours (5.3, a warm-up,
-and 5.4), extend section 1's linear attention (5.6), and predict where LAT's causal clamp starts to act and measure it
+implementations agree: write what LAT computes (5.1, 5.2), move weights between a library and ours (5.3 and 5.4,
+warm-ups), extend section 1's linear attention (5.6), and predict where LAT's causal clamp starts to act and measure it
 on LAT (5.8: predict, then measure). Tasks 5.1-5.3 are the core; 5.8 is an optional challenge; 5.4 and 5.6 are
 optional.
 
@@ -93,9 +93,11 @@ def transplant_into_lat(ours, lat):
 
 
 def linformer_into_ours(theirs, ours):
-    """Task 5.4 (optional): copy a `linformer` 0.2.3 LinformerSelfAttention's weights into our LinformerSelfAttention.
+    """Task 5.4 (optional, a short warm-up): copy a `linformer` 0.2.3 LinformerSelfAttention's weights into our
+    LinformerSelfAttention.
 
-    Section 3's weight transplant for another peer, theirs into ours (optional: notebook 03 prints this adapter).
+    Practice for section 3's weight transplant: notebook 03's appendix prints `linformer_to_peer`, this adapter in
+    the reverse direction (ours into theirs). Write this one without looking at it, then compare.
     theirs: linformer.LinformerSelfAttention(dim, seq_len, k, heads) (share_kv=False, one_kv_head=False)
     ours:   minilin.linformer.LinformerSelfAttention(dim, heads, seq_len, k, sharing="headwise")
     Returns ours, modified in place, such that ours(x) == theirs(x) for x (B, N, dim), N <= seq_len.
