@@ -138,9 +138,9 @@ class PerformerPytorchFAVOR:
 def performer_eps(eps):
     """A context in which performer-pytorch 1.1.4's softmax_kernel adds `eps` to every feature (as shipped: 1e-4).
 
-    Their ε is a default argument of `performer_pytorch.performer_pytorch.softmax_kernel`, which their
-    FastAttention.forward looks up at call time: inside the block that global is one with eps=eps, and on
-    leaving it (an exception included) theirs is back. eps=0 gives FAVOR+'s features as the paper defines them.
+    Their ε is a default argument of `performer_pytorch.performer_pytorch.softmax_kernel`, bound when it was
+    defined; their FastAttention.forward looks up the module-global name `softmax_kernel` at each call, so inside
+    the block that name is one with eps=eps, and on leaving it (an exception included) theirs is back. eps=0 gives FAVOR+'s features as the paper defines them.
     Use: `with performer_eps(0.0): out = their_layer(x)`.
     """
     import functools
