@@ -32,29 +32,24 @@ def _backward(p="torch.exp(q @ kb.transpose(-2, -1) * c - lse[..., None])",
             f"        dks.append({dk})\n"
             "    return dq, torch.cat(dks, -2), torch.cat(dvs, -2)\n")
 
-_EFFECTIVE_MAP = ("import torch\n"
-                  "def linformer_effective_map(q, k, E, F, mask=None):\n"
-                  "    B, M = k.shape[0], k.shape[2]\n"
-                  "    E, F = E[..., :M], F[..., :M]\n"
-                  "    real = torch.ones(B, M, dtype=k.dtype) if mask is None else mask.to(k.dtype)\n"
-                  "    k = k * real[:, None, :, None]\n"
-                  "    F = F * real[:, None, None, :]\n"
-                  "    weighs = lambda P: (P.abs() * real[:, None, None, :]).sum(-1) > 0\n"
-                  "    occupied = ({occupied})[:, :, None, :]\n"
-                  "    s = q @ (E @ k).transpose(-2, -1) / q.shape[-1] ** 0.5\n"
-                  "    return {weights} @ F\n")
+# 8.1: Linformer's form (A >= 0, rows summing to 1) for a permuted copy; {weights} is slot j's (S, k) weights before
+# the rows are normalised, {F} the (k, S) rows; Q (S, k - 1) and R (S, k) have orthonormal columns
+_CONVEX = ("import torch\n"
+           "def convex_copy_map(sources, k):\n"
+           "    S = sources.shape[0]\n"
+           "    g = torch.Generator().manual_seed(0)\n"
+           "    Q = torch.linalg.qr(torch.randn(S, k - 1, generator=g, dtype=torch.float64))[0]\n"
+           "    R = torch.linalg.qr(torch.randn(S, k, generator=g, dtype=torch.float64))[0]\n"
+           "    c = float(Q.abs().max())\n"
+           "    A = {weights}\n"
+           "    return {normalise}, {F}\n")
+_SHIFTED = "torch.cat([Q[sources] + c, torch.full((S, 1), c, dtype=Q.dtype)], 1)"
+_CANCEL = "torch.cat([Q.T, -Q.T.sum(0, keepdim=True)])"
 
-# 8.1's plain form, A = softmax(q (E k)ᵀ / √scale) then A F, with padded keys zeroed and (f_mask) F's padded columns
-_F_MASK = "        F = F * mask[:, None, None, :]\n"
-_PLAIN_MAP = ("import torch\n"
-              "def linformer_effective_map(q, k, E, F, mask=None):\n"
-              "    M = k.shape[2]\n"
-              "    E, F = E[..., :M], F[..., :M]\n"
-              "    if mask is not None:\n"
-              "        k = k.masked_fill(~mask[:, None, :, None], 0.0)\n"
-              "{f_mask}"
-              "    s = q @ (E @ k).transpose(-2, -1) / {scale} ** 0.5\n"
-              "    return torch.softmax(s, -1) @ F\n")
+
+def _convex(weights=_SHIFTED, F=_CANCEL, normalise="A / A.sum(1, keepdim=True)"):
+    return ("convex_copy_map", _CONVEX.format(weights=weights, F=F, normalise=normalise))
+
 
 MUTANTS = {
     # 6.1: notebook 06's count for N = M and D = Dv, written with N everywhere
@@ -130,42 +125,29 @@ MUTANTS = {
     # 6.5: the per-row count of keys a query sees (i + 1), no blocks at all
     "6.5 per row": ("causal_block_work", "def causal_block_work(n, q_block, kv_block):\n"
                     "    return (n + 1) / (2 * n)\n"),
-    # 8.1: scores scaled by 1/√k (the number of slots) instead of 1/√D
-    "8.1 scale by k": ("linformer_effective_map", _PLAIN_MAP.format(f_mask=_F_MASK, scale="E.shape[-2]")),
-    # 8.1: padded keys zeroed, but the padded positions' columns of F kept (their values would join the slots)
-    "8.1 padded values": ("linformer_effective_map", _PLAIN_MAP.format(f_mask="", scale="q.shape[-1]")),
-    # 8.1: padding handled, but a slot that holds no real position (its E and F rows zero there) kept in the softmax
-    "8.1 empty slots kept": ("linformer_effective_map", _PLAIN_MAP.format(f_mask=_F_MASK, scale="q.shape[-1]")),
-    # 8.1: empty slots set to -inf before the softmax, but a sequence with no slot left gets NaN, not zeros
-    "8.1 NaN on all padding": ("linformer_effective_map", _EFFECTIVE_MAP.format(
-        occupied="weighs(E) | weighs(F)", weights="torch.softmax(s.masked_fill(~occupied, float('-inf')), -1)")),
-    # 8.1: a slot counted as empty when its E row weighs no real position, though its F row does
-    "8.1 slots by E": ("linformer_effective_map", _EFFECTIVE_MAP.format(
-        occupied="weighs(E)", weights="torch.nan_to_num(torch.softmax(s.masked_fill(~occupied, float('-inf')), -1))")),
-    # 8.2: linear attention's normaliser kept: the readout divided by q · Σ_i k_i
-    "8.2 normalised": ("state_readout", "import torch\n"
-                 "def state_readout(k, v, q):\n"
-                 "    return (q @ (k.transpose(-2, -1) @ v)) / (q @ k.sum(-2, keepdim=True).transpose(-2, -1))\n"
-                 "def recall_accuracy(k, v):\n"
-                 "    r = state_readout(k, v, k)\n"
-                 "    own = torch.arange(k.shape[-2])\n"
-                 "    return (torch.cdist(r, v).argmin(-1) == own).double().mean(-1)\n"),
-    # 8.2: exact softmax attention over the pairs instead of the fixed-size state (no crosstalk)
-    "8.2 exact attention": ("state_readout", "import torch\n"
-                 "def state_readout(k, v, q):\n"
-                 "    return torch.softmax(q @ k.transpose(-2, -1) * 50.0, -1) @ v\n"
-                 "def recall_accuracy(k, v):\n"
-                 "    r = state_readout(k, v, k)\n"
-                 "    own = torch.arange(k.shape[-2])\n"
-                 "    return (torch.cdist(r, v).argmin(-1) == own).double().mean(-1)\n"),
-    # 8.2: recall judged by the largest dot product with the stored values, not the nearest value
-    "8.2 dot product": ("recall_accuracy", "import torch\n"
-                 "def state_readout(k, v, q):\n"
-                 "    return q @ (k.transpose(-2, -1) @ v)\n"
-                 "def recall_accuracy(k, v):\n"
-                 "    r = state_readout(k, v, k)\n"
-                 "    own = torch.arange(k.shape[-2])\n"
-                 "    return ((r @ v.transpose(-2, -1)).argmax(-1) == own).double().mean(-1)\n"),
+    # 8.1: section 5's random map as it is: it decodes well, but its weights take both signs
+    "8.1 signed weights": _convex(weights="R[sources]", F="R.T", normalise="A"),
+    # 8.1: the random map's weights shifted to >= 0, but no slot spent on taking the shift back
+    "8.1 shift kept": _convex(weights="R[sources] + float(R.abs().max())", F="R.T"),
+    # 8.1: the notebook's own convex map, block averaging, permuted to the sources: no better than itself
+    "8.1 block averaging": ("convex_copy_map", "import torch\n"
+                            "def convex_copy_map(sources, k):\n"
+                            "    S = sources.shape[0]\n"
+                            "    A, F = torch.zeros(S, k, dtype=torch.float64), torch.zeros(k, S, dtype=torch.float64)\n"
+                            "    for i, group in enumerate(torch.tensor_split(torch.arange(S), k)):\n"
+                            "        A[group, i] = 1.0\n"
+                            "        F[i, sources[group]] = 1.0 / len(group)\n"
+                            "    return A, F\n"),
+    # 8.1: the right construction for the identity copy: slot j reads position j whatever the sources
+    "8.1 sources ignored": _convex(weights="torch.cat([Q + c, torch.full((S, 1), c, dtype=Q.dtype)], 1)"),
+    # 8.1: the right map, but A's rows left unnormalised (not a softmax's output)
+    "8.1 rows not normalised": _convex(normalise="A"),
+    # 8.1: a constant answer for S = 63, k = 16 (the docstring's example), whatever is asked
+    "8.1 constant": ("convex_copy_map", "import torch\n"
+                     "def convex_copy_map(sources, k):\n"
+                     "    return torch.full((63, 16), 1 / 16, dtype=torch.float64), torch.zeros(16, 63, dtype=torch.float64)\n"),
+    # 8.1: the right map with NaN weights in its last row
+    "8.1 NaN": _convex(normalise="torch.cat([A[:-1], A[-1:] * float('nan')]) / A.sum(1, keepdim=True)"),
     # 8.3: the own slot's weight at least 1 - tol, whatever the values (the error is a weight times a spread)
     "8.3 own weight": ("copy_sharpness", "import math\n"
                  "def copy_sharpness(v, positions, tol):\n"
@@ -192,38 +174,6 @@ MUTANTS = {
                  "    n = c.shape[-2]\n"
                  "    spread = float((c.sum(-2, keepdim=True) - n * c).abs().max())\n"
                  "    return math.log(abs(spread / tol - n + 1))\n"),
-    # 8.4: the largest p that passes, even after a smaller prefix failed (the prefixes not all checked)
-    "8.4 any prefix": ("pairs_held", "import torch\n"
-                 "def pairs_held(k, v, threshold=0.9):\n"
-                 "    best = 0\n"
-                 "    for p in range(1, k.shape[0] + 1):\n"
-                 "        n = torch.cdist(k[:p] @ (k[:p].T @ v[:p]), v[:p]).argmin(-1)\n"
-                 "        if (n == torch.arange(p)).double().mean() >= threshold:\n"
-                 "            best = p\n"
-                 "    return best\n"),
-    # 8.4: the "about D" answer, whatever the draw
-    "8.4 answer D": ("pairs_held", "def pairs_held(k, v, threshold=0.9):\n"
-                                   "    return k.shape[1]\n"),
-    # 8.4: the nearest value sought among all P values, not among the p stored ones
-    "8.4 all values": ("pairs_held", "import torch\n"
-                 "def pairs_held(k, v, threshold=0.9):\n"
-                 "    held = 0\n"
-                 "    for p in range(1, k.shape[0] + 1):\n"
-                 "        n = torch.cdist(k[:p] @ (k[:p].T @ v[:p]), v).argmin(-1)\n"
-                 "        if (n == torch.arange(p)).double().mean() < threshold:\n"
-                 "            break\n"
-                 "        held = p\n"
-                 "    return held\n"),
-    # 8.4: recall judged by the largest dot product with the stored values, not the nearest value
-    "8.4 dot product": ("pairs_held", "import torch\n"
-                 "def pairs_held(k, v, threshold=0.9):\n"
-                 "    held = 0\n"
-                 "    for p in range(1, k.shape[0] + 1):\n"
-                 "        n = (k[:p] @ (k[:p].T @ v[:p]) @ v[:p].T).argmax(-1)\n"
-                 "        if (n == torch.arange(p)).double().mean() < threshold:\n"
-                 "            break\n"
-                 "        held = p\n"
-                 "    return held\n"),
 }
 
 
@@ -242,32 +192,23 @@ def test_a_plausible_wrong_answer_fails(name, tmp_path):
 
 
 
-def test_the_fast_pairs_held_reference_is_the_loop():
-    from minilin.grading.ex08_limits import held_by_prefix, held_loop
-    for s in range(4):
-        g = torch.Generator().manual_seed(s)
-        keys = torch.nn.functional.normalize(torch.randn(40, 8, generator=g, dtype=torch.float64), dim=-1)
-        values = torch.randn(40, 8, generator=g, dtype=torch.float64)
-        for threshold in (0.5, 0.9):
-            assert held_by_prefix(keys, values, threshold) == held_loop(keys, values, threshold)
+def test_the_8_1_mutants_are_right_somewhere():
+    """A mutant that is wrong everywhere proves little: the signed map decodes as well as the solution (only its form
+    is wrong), and the map that ignores the sources is right on the identity copy."""
+    from minilin.grading.ex08_limits import ALPHABET, MARGIN, block_averaging, decoded
+    from solutions.ex08_limits import convex_copy_map
+    S, k = 63, 16
+    sources = torch.randperm(S, generator=torch.Generator().manual_seed(0))
+    letters = torch.randint(ALPHABET, (1000, S), generator=torch.Generator().manual_seed(1))
+    kept = lambda name, src: decoded(torch.matmul(*_load(name).convex_copy_map(src, k)), src, letters)
+    base = decoded(torch.matmul(*block_averaging(sources, k)), sources, letters)
+    assert kept("8.1 signed weights", sources) >= base + MARGIN
+    assert kept("8.1 sources ignored", torch.arange(S)) >= base + MARGIN
+    assert decoded(torch.matmul(*convex_copy_map(sources, k)), sources, letters) >= base + MARGIN
+    assert kept("8.1 shift kept", sources) < base + MARGIN
 
 
-def test_the_mutants_are_right_somewhere():
-    """A mutant that is wrong everywhere proves little: each 8.1 mutant is right on the cases it was made to fool."""
-    from minilin.grading.ex08_limits import layer_map
-    g = torch.Generator().manual_seed(0)
-    q, k = (torch.randn(2, 2, n, 3, generator=g, dtype=torch.float64) for n in (5, 6))
-    E, F = (torch.randn(2, 3, 8, generator=g, dtype=torch.float64) for _ in range(2))
-    dense = torch.tensor([[True] * 6, [True, False, True, True, False, True]])
-    for name in ("8.1 empty slots kept", "8.1 NaN on all padding", "8.1 slots by E"):  # dense E, F: no empty slot
-        ns = {}
-        exec(MUTANTS[name][1], ns)
-        assert torch.allclose(ns["linformer_effective_map"](q, k, E, F, mask=dense), layer_map(q, k, E, F, dense),
-                              atol=1e-12), name
-    selection = torch.eye(3, 8, dtype=torch.float64)  # E = F: slot j is position j; padding empties slots 0 and 2
-    some = torch.tensor([[True] * 6, [False, True, False, True, True, True]])
-    for name in ("8.1 NaN on all padding", "8.1 slots by E"):  # empty slots right while some slot holds a token
-        ns = {}
-        exec(MUTANTS[name][1], ns)
-        assert torch.allclose(ns["linformer_effective_map"](q, k, selection, selection, mask=some),
-                              layer_map(q, k, selection, selection, some), atol=1e-12), name
+def _load(name):
+    ns = {}
+    exec(MUTANTS[name][1], ns)
+    return type("Mutant", (), ns)
