@@ -74,6 +74,7 @@ def test_rewriting_half_the_keys_trades_new_values_for_untouched_keys(ratio):
 
 @pytest.mark.parametrize("ratio", [1, 2, 10])
 def test_a_smaller_delta_step_beats_additive_writes(ratio):
+    """Not in the notebook's figure: a smaller step (a smaller gradient step) cancels part of the crosstalk."""
     P = ratio * D
     for beta in (0.1, 0.25):
         assert above(hits(P, "delta", beta=beta) - hits(P, "additive"), 3), beta
