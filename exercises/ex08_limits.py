@@ -3,7 +3,7 @@
 Implement each function, then grade yourself:  python -m minilin grade --chapter 8
 Shapes follow the course convention: values v (B, H, M, Dv); a map over positions is (rows, positions).
 Only minilin.attention.softmax_attention may be called here (not minilin.lowrank, nor minilin.linformer).
-No notebook cell solves Task 8.1 or 8.3 (there is no 8.2 or 8.4).
+Task 8.1 is the core task; Task 8.3 is optional. No notebook cell solves either.
 
 Each task has three hints, from a nudge to the formula. Read one, try, and read the next only if you are stuck.
 """
@@ -29,16 +29,15 @@ def convex_copy_map(sources, k):
     Hint 2 (plan): start from section 5's random map, with slot j's row drawn from the row of position
         sources[j]; shift its signed weights up until none is negative; see what the shift adds to every row of the
         product, and spend one of the k slots on taking that back; then scale each row of A to sum to one.
-    Hint 3 (formula): with Q an S x (k - 1) matrix of orthonormal columns and c at least the largest |entry| of
-        Q, give slot j the weights q + c on the first k - 1 slots (q: the row of Q at position sources[j]) and c on
-        the last, and let F's first k - 1 rows be Q's columns. Choose F's last row so that it cancels what the
-        shift c adds; then row j of A F is row sources[j] of Q Qᵀ divided by the row's total weight.
+    Hint 3 (formula): a rank-(k - 1) projector Q Qᵀ needs k - 1 slots; shifting each row's weights by a constant c
+        makes them non-negative but adds c times the sum of F's rows to every row of A F, so give that shift its
+        own slot and choose the slot's row of F to cancel it. Dividing a row of A by its total keeps its argmax.
     """
     raise NotImplementedError("Task 8.1")
 
 
 def copy_sharpness(v, positions, tol):
-    """Task 8.3: how sharp must a copying Linformer's scores be?
+    """Task 8.3 (optional): how sharp must a copying Linformer's scores be?
 
     v: (B, H, M, Dv), positions: a list of `slots` distinct ints in 0..M-1, tol: a float > 0  ->  a Python float
     A Linformer copies chosen positions when E = F select them (row j of E holds a 1 at position positions[j]) and

@@ -177,48 +177,35 @@ def plot_chunk_tiles(n=8, c=2):
     return fig
 
 
-def plot_rank_two_ways(cut, trained, curve, band, *, markers, chance, curve_title="accuracy during training",
-                       suptitle=None):
-    """Notebook 08's rank experiment in three panels; returns the Figure.
+def plot_rank_two_ways(cut, trained, *, markers, chance, colour="tab:green", suptitle=None):
+    """Notebook 08's rank-cut appendix in two panels; returns the Figure.
 
     cut: {label: DataFrame (r x seed)}, a copying map cut to rank r per head; trained: {label: {k: {seed: acc}}},
     models trained at k (one E, F shared by both heads); the two get separate x axes because rank r per head is not
-    rank k per layer. curve: DataFrame (step, seed, val_acc) of one model, or {label: DataFrame} of its runs (at
-    several rates, say); band: (label, low, high), a final score drawn only at the curves' last step. markers:
-    {seed: marker}; the i-th label of cut and trained shares a colour.
+    rank k per layer. markers: {seed: marker}; one `colour` (the runs' learning rate); the first label of each dict
+    is drawn with filled markers and solid lines, the second hollow and dashed (the longer runs, say).
     """
     from matplotlib.lines import Line2D
 
-    colours = ["tab:purple", "tab:green"]
-    fig, (ax_c, ax_k, ax_t) = plt.subplots(1, 3, figsize=(15, 4.2), layout="constrained", sharey=True)
-    for i, (label, table) in enumerate(cut.items()):
+    style = lambda i: dict(color=colour, lw=0.8, mfc="none" if i else None, ls="--" if i else "-")
+    fig, (ax_c, ax_k) = plt.subplots(1, 2, figsize=(11, 4.2), layout="constrained", sharey=True)
+    for i, table in enumerate(cut.values()):
         for s in table.columns:
-            ax_c.plot(table.index, table[s], marker=markers[s], color=colours[i], lw=0.8, mfc="none" if i else None)
-    for i, (label, by_k) in enumerate(trained.items()):
+            ax_c.plot(table.index, table[s], marker=markers[s], **style(i))
+    for i, by_k in enumerate(trained.values()):
+        ks = sorted(by_k)
         for s in markers:
-            ks = sorted(by_k)
-            ax_k.plot(ks, [by_k[k][s] for k in ks], marker=markers[s], color=colours[i], lw=0.8, mfc="none" if i else None)
-    curves = curve if isinstance(curve, dict) else {None: curve}
-    for (label, run), colour in zip(curves.items(), [colours[-1], "tab:orange", "tab:red"]):
-        for s, c in run.groupby("seed"):
-            ax_t.plot(c.step, c.val_acc, marker=markers[s], color=colour, lw=0.8, mfc="none",
-                      label=label if s == min(markers) else None)
-    last = max(run.step.max() for run in curves.values())
-    name, low, high = band
-    ax_t.errorbar([last], [(low + high) / 2], yerr=[[(high - low) / 2]], fmt="_", ms=14, capsize=6, color="0.3", label=name)
-    styles = lambda labels: [Line2D([], [], color=colours[i], lw=0.8, marker="o", mfc="none" if i else None, label=label)
-                             for i, label in enumerate(labels)]
+            ax_k.plot(ks, [by_k[k][s] for k in ks], marker=markers[s], **style(i))
+    styles = lambda labels: [Line2D([], [], marker="o", label=label, **style(i)) for i, label in enumerate(labels)]
     seeds = [Line2D([], [], ls="", marker=m, color="gray", label=f"seed {s}") for s, m in markers.items()]
     ax_c.legend(handles=styles(cut) + seeds, fontsize=8, loc="lower right")
     ax_k.legend(handles=styles(trained), fontsize=8, loc="lower right")
-    ax_t.legend(fontsize=8, loc="lower right")
-    for ax in (ax_c, ax_k, ax_t):
+    for ax in (ax_c, ax_k):
         ax.axhline(chance, color="gray", lw=0.8, ls=":")
     ax_c.set(ylim=(0, 1.03), ylabel="copy accuracy (validation)", xticks=sorted(next(iter(cut.values())).index),
-             xlabel="rank r per head (both heads: up to 2r)", title="a copying map cut to rank r per head")
+             xlabel="rank r per head (both heads: up to 2r)", title="a copying map cut to its best rank r per head")
     ax_k.set(xlabel="k (one E, F shared by both heads: rank k per layer)", xticks=sorted(next(iter(trained.values()))),
              title="a model trained at k")
-    ax_t.set(xlabel="training step", title=curve_title)
     if suptitle:
         fig.suptitle(suptitle)
     return fig

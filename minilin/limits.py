@@ -248,6 +248,44 @@ def ideal_copy(attn, span):
     return mix
 
 
+def answer_rows(attn, span, how):
+    """A mixing step: the layer's own map (`effective_map`), its last `span` rows (a copy's answer slots) replaced,
+    input by input. how="first": slot j reads the first span position whose value equals position j's (with RoPE in
+    one block a value depends only on its token, so this is the letter's first occurrence): one-hot rows on at most
+    as many columns as the span has distinct letters, a map of rank <= the alphabet chosen for this input. how = an
+    int r: the rows' best rank-r approximation (truncated SVD, the Frobenius-best rank-r map)."""
+    def mix(q, k, v, *, mask=None, causal=False):
+        P = effective_map(attn, q, k).clone()                                     # (B, H, n, n)
+        if how == "first":
+            src = v[..., :span, :]                                                # (B, H, S, D)
+            same = (src[..., :, None, :] - src[..., None, :, :]).abs().amax(-1) <= 1e-6   # (B, H, S, S)
+            first = same.to(torch.uint8).argmax(-1)                               # first equal position
+            P[..., -span:, :] = torch.nn.functional.one_hot(first, P.shape[-1]).to(P.dtype)
+        else:
+            P[..., -span:, :] = best_rank_approx(P[..., -span:, :], int(how))
+        return P @ v
+    return mix
+
+
+def map_decode(model, x, span):
+    """Notebook 08's argmax decode of a one-block model's own map on inputs x (B, n) of a copy of `span` letters:
+    each head's answer rows of its map times the span's one-hot tokens, each slot read as its largest entry.
+    Returns [head 0, head 1, ..., heads summed]: the share of slots whose argmax is their source's token."""
+    attn, seen = model.blocks[0].attn, {}
+
+    def keep(q, k, v, *, mask=None, causal=False):
+        seen["P"] = effective_map(attn, q, k)                                     # (B, H, n, n)
+        return seen["P"] @ v
+
+    model.eval()
+    with torch.no_grad(), swapped_mix(attn, keep):
+        model(x)
+    letters = x[:, :span].cpu()
+    one_hot = torch.nn.functional.one_hot(letters, int(letters.max()) + 1)[:, None].double()   # (B, 1, S, V)
+    mixed = seen["P"][:, :, -span:, :span].double().cpu() @ one_hot                           # (B, H, S, V)
+    return [float((m.argmax(-1) == letters).double().mean()) for m in (*mixed.unbind(1), mixed.sum(1))]
+
+
 def selection_oracle(k):
     """A mixing step: Linformer with E = F = [I_k | 0] set by hand, i.e. softmax attention over the first k keys."""
     return lambda q, k_, v, *, mask=None, causal=False: softmax_attention(q, k_[..., :k, :], v[..., :k, :])
@@ -371,6 +409,7 @@ def rank_two_ways(grid, lr=SWEEP["lr"], ks=(16, 32, 64), reference=REFERENCE):
     trained = {400: {k: grid.seeds_at(name(k), lr=lr)[0] for k in ks},
                steps: {k: last[last.model == name(k)].set_index("seed").val_acc.to_dict() for k in ks}}
     fast = read_grid("limits_copy_long_lr1e-2.csv", reference)
+    fast = fast[fast.measure == "val_acc"]                       # the file also holds the decode rows (--decode)
     curves = {lr: runs[(runs.model == name(16)) & (runs.measure == "val_acc")], float(fast.lr.iloc[0]): fast}
     return cut, trained, {r: c[["step", "seed", "val_acc"]].reset_index(drop=True) for r, c in curves.items()}
 

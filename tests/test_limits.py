@@ -9,6 +9,7 @@ import torch
 from minilin import limits
 from minilin.attention import softmax_attention
 from minilin.linformer import linformer_attention
+from minilin.lowrank import best_rank_approx
 from minilin.model import TinyLM
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -203,6 +204,44 @@ def test_committed_k16_runs_at_lr_1e2_cover_three_seeds_and_say_how_they_were_ma
     assert set(last.model) == {"Linformer k=16, selection init"} and sorted(last.seed) == [0, 1, 2]
     assert set(g.lr) == {0.01}
     assert (last.val_acc >= 0.95).sum() == 1   # what notebook 08 says: one seed of three copies
+    assert "--decode" in text                  # section 4's argmax decode of each model's own map, per seed
+    dec = g[g.measure.str.startswith("decode")].pivot(index="seed", columns="measure", values="val_acc")
+    assert list(dec.index) == [0, 1, 2] and list(dec.columns) == ["decode_head0", "decode_head1", "decode_sum"]
+    assert dec.loc[0, "decode_sum"] < float(last[last.seed == 0].val_acc.iloc[0]) - 0.3
+
+
+def test_answer_rows_first_occurrence_copies_and_int_cuts_to_rank_r():
+    """'first': each answer slot reads its value's first occurrence in the span (rank <= distinct letters), so the
+    answer rows of the output are the sources' values; an int r: those rows of the map cut to their best rank-r."""
+    S, n, span_letters = 12, 30, torch.tensor([[0, 1, 0, 2, 1, 3, 3, 0, 2, 1, 0, 3], [4, 4, 4, 1, 1, 2, 0, 0, 4, 2, 1, 0]])
+    table = torch.randn(5, 8, generator=gen(1), dtype=torch.float64)
+    tokens = torch.cat([span_letters, torch.randint(5, (2, n - S), generator=gen(2))], 1)
+    v = table[tokens][:, None].expand(2, 3, n, 8)                                     # a value depends on its token
+    q, k, _ = qkv(n=n)
+    layer = object()                                                                  # no projections: exact map
+    out = limits.answer_rows(layer, S, "first")(q, k, v)
+    assert torch.equal(out[..., -S:, :], v[..., :S, :])
+    P = limits.effective_map(layer, q, k)
+    assert torch.allclose(out[..., :-S, :], (P @ v)[..., :-S, :])
+    cut = limits.answer_rows(layer, S, 2)(q, k, v)
+    assert torch.allclose(cut[..., -S:, :], best_rank_approx(P[..., -S:, :], 2) @ v)
+    assert not torch.allclose(cut[..., -S:, :], (P @ v)[..., -S:, :])
+
+
+def test_map_decode_reads_each_heads_answer_rows_by_argmax(monkeypatch):
+    """Head 0's map an exact copy, head 1's all zeros (every slot reads token 0): decode 1, the share of 0s, 1."""
+    cfg = limits.config(limits.sweep_contenders()[1], n=16, batch=2, steps=1, eval_every=1, lr=1e-3)
+    model = TinyLM(cfg.model)
+    S, n = 5, 16
+    x = torch.randint(4, (3, n), generator=gen(3))
+
+    def copy_and_zero(attn, q, k):
+        P = torch.zeros(q.shape[0], 2, n, n, dtype=torch.float64)
+        P[:, 0, torch.arange(n - S, n), torch.arange(S)] = 1.0
+        return P.to(q.dtype)
+    monkeypatch.setattr(limits, "effective_map", copy_and_zero)
+    head0, head1, both = limits.map_decode(model, x, S)
+    assert head0 == 1.0 and both == 1.0 and head1 == pytest.approx(float((x[:, :S] == 0).double().mean()))
 
 
 def test_rank_two_ways_reads_section_4_from_the_committed_runs():

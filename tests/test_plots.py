@@ -247,26 +247,17 @@ def test_plot_rank_two_ways_keeps_per_head_and_per_layer_apart():
            "cut, 1200": pd.DataFrame({0: [0.35, 0.55], 1: [0.45, 0.65]}, index=[8, 16])}
     trained = {"at k, 400": {16: {0: 0.6, 1: 0.5}, 64: {0: 1.0, 1: 1.0}},
                "at k, 1200": {16: {0: 0.9, 1: 0.8}, 64: {0: 1.0, 1: 1.0}}}
-    curve = pd.DataFrame({"step": [100, 200, 300] * 2, "seed": [0] * 3 + [1] * 3,
-                          "val_acc": [0.2, 0.5, 0.9, 0.1, 0.4, 0.8]})
-    fig = lesson_plots.plot_rank_two_ways(cut, trained, curve, ("band", 0.55, 0.65), markers=markers, chance=1 / 16)
-    ax_c, ax_k, ax_t = fig.axes
+    fig = lesson_plots.plot_rank_two_ways(cut, trained, markers=markers, chance=1 / 16, colour="tab:green")
+    ax_c, ax_k = fig.axes
     assert "per head" in ax_c.get_xlabel() and "per layer" in ax_k.get_xlabel()      # two x axes, two meanings
     assert list(ax_c.get_xticks()) == [8, 16] and list(ax_k.get_xticks()) == [16, 64]
     lines = [l for l in ax_k.get_lines() if l.get_marker() not in (None, "", "None")]   # not the chance line
     assert sorted(tuple(l.get_ydata()) for l in lines)[0] == (0.5, 1.0)             # seed 1 at 400 steps, by k
+    assert {l.get_color() for l in lines} == {"tab:green"}                           # one colour: one rate
+    assert {l.get_linestyle() for l in lines} == {"-", "--"}                         # two step counts: two styles
     for ax in (ax_c, ax_k):                                                          # every legend entry shows a marker
         handles = ax.get_legend().legend_handles
         assert handles and all(h.get_marker() not in (None, "", "None") for h in handles)
-    band = [c for c in ax_t.containers]                                              # the band: at the last step only
-    assert len(band) == 1 and list(band[0].lines[0].get_xdata()) == [300]
-    assert band[0].lines[0].get_ydata()[0] == pytest.approx(0.6)
-    two = lesson_plots.plot_rank_two_ways(cut, trained, {"lr a": curve, "lr b": curve.assign(step=curve.step * 2)},
-                                          ("band", 0.55, 0.65), markers=markers, chance=1 / 16)
-    ax_t = two.axes[2]                                                               # two rates: two colours, labelled
-    assert {t.get_text() for t in ax_t.get_legend().get_texts()} >= {"lr a", "lr b"}
-    assert len({l.get_color() for l in ax_t.get_lines() if l.get_marker() not in (None, "", "None")} - {"0.3"}) == 2
-    assert list(ax_t.containers[0].lines[0].get_xdata()) == [600]
     matplotlib.pyplot.close("all")
 
 

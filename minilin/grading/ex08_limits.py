@@ -1,4 +1,4 @@
-"""Checks for exercises/ex08_limits.py (Tasks 8.1 and 8.3; there is no 8.2 or 8.4), both extend tasks: the
+"""Checks for exercises/ex08_limits.py (Task 8.1, and Task 8.3, optional), both extend tasks: the
 chapter's idea on a case no notebook cell solves.
 
 Task 8.1 builds a rank-k map of Linformer's form, A F with A's rows non-negative and summing to one, that copies a
