@@ -1,8 +1,8 @@
 """Exercises for notebook 05, whose idea is to know what a peer library really computes and to test that two
 implementations agree: write what LAT computes (5.1, 5.2), move weights between a library and ours (5.3 and 5.4,
 warm-ups), extend section 1's linear attention (5.6), and predict where LAT's causal clamp starts to act and measure it
-on LAT (5.8: predict, then measure). Tasks 5.1-5.3 are the core; 5.8 is an optional challenge; 5.4 and 5.6 are
-optional.
+on LAT (5.8: predict, then measure), and catch a layer whose future leaks into its past (5.10). Tasks 5.1, 5.2 and
+5.10 are the core; 5.8 is an optional challenge; 5.3, 5.4 and 5.6 are optional.
 
 Implement each function, then grade yourself:  python -m minilin grade --chapter 5
 Shapes follow the course convention: q (B, H, N, D), k (B, H, M, D), v (B, H, M, Dv);
@@ -68,7 +68,7 @@ def causal_efficient_attention(q, k, v, bucket_size=1):
 
 
 def transplant_into_lat(ours, lat):
-    """Task 5.3 (a warm-up): copy our EfficientSelfAttention's weights into a linear-attention-transformer
+    """Task 5.3 (optional, a warm-up): copy our EfficientSelfAttention's weights into a linear-attention-transformer
     SelfAttention.
 
     Uses notebook 05, section 2 (LAT's `linear_attn` is ours times a constant) and section 3 (a weight transplant
@@ -178,3 +178,33 @@ def clamp_onset(q, k, bucket_size=1):
         logarithms and solve for s.
     """
     raise NotImplementedError("Task 5.8")
+
+
+def past_changes(layer, x):
+    """Task 5.10: pitfall 3's test on a layer you did not write: for each split t0, how far can a change of the
+    future move the past?
+
+    Uses notebook 05, pitfall 3: a causal layer's outputs before t0 do not move, by any amount, when only the
+    inputs from t0 on change; a gradient probe can miss a leak (a detached statistic of all positions).
+    layer: a callable, x (B, N, dim) -> (B, N, dim), that claims to be causal; treat it as a closed box.
+    x: (B, N, dim) float64  ->  a float tensor of shape (N,): entry t0 is the largest |change| of any output at a
+    position < t0 over changes you choose of the inputs at positions >= t0 (entry 0 is 0: nothing comes before).
+    A causal layer reads <= 1e-12 everywhere. Choose the changes yourself: they must leave every input before t0
+    exactly as it was, and be able to move whatever the layer might compute from the future.
+    The checks use hidden layers built anew, with new weights and inputs, on every run: one causal, one whose
+    future leaks through a detached maximum over all positions (as in performer-pytorch), one that leaks inside
+    blocks of positions. Where the grader's own change moves the past by more than 1e-6 your reading must exceed
+    1e-9; where the layer is causal at t0 it must be <= 1e-12. Then use it on pitfall 3's layers and on your Task
+    5.2: which split, if any, leaks?
+
+    Hint 1 (nudge): a causal layer gives the same outputs before t0 for *every* future, so one change that moves
+        them is proof of a leak, but one that does not is no proof of causality. What kind of future change must
+        move a maximum taken over all positions?
+    Hint 2 (plan): run the layer once on x, without recording gradients. For each t0 from 1 to N - 1, build a
+        changed input equal to x before t0 and far from x from t0 on (try more than one change, of both signs),
+        run the layer on it, and keep the largest |difference| of the outputs at positions before t0.
+    Hint 3 (formula): reading(t0) = max over your changes of max |layer(x')[:, s] - layer(x)[:, s]| over s < t0,
+        where x' equals x at every position < t0. A maximum moves only if the changed entries exceed it: scale the
+        future by a factor well above 1, once positive and once negative.
+    """
+    raise NotImplementedError("Task 5.10")

@@ -213,29 +213,33 @@ def plot_rank_two_ways(cut, trained, *, markers, chance, colour="tab:green", sup
 
 def plot_error_vs_shift(shifts, errors, *, ceiling=30.0, floor=1e-17, title=None):
     """Notebook 05's pitfall 2: each implementation's max |difference from the exact answer| against a shift added
-    to every key, on a log axis; returns the Figure.
+    to every key, on a log axis, one panel per precision (float64 | float16, one shared y axis); returns the Figure.
 
-    shifts: the x values; errors: {(name, precision): one error per shift}, precision "float64" (solid line) or
-    "float16" (dashed), one colour, marker and line width per name (the first widest: coinciding lines stay
-    visible). A NaN or inf error is drawn as an 'x' near `ceiling`, each name a little lower (the line breaks
-    there); an exact 0 at `floor`, the axis' bottom.
+    shifts: the x values; errors: {(name, precision): one error per shift}; one colour, marker and line width per
+    name (the first widest: coinciding lines stay visible), the same in both panels. A NaN or inf error is drawn as
+    an 'x' near `ceiling`, each name a little lower (the line breaks there); an exact 0 at `floor`, the axis' bottom.
     """
     import math
 
     names = list(dict.fromkeys(name for name, _ in errors))
+    precisions = list(dict.fromkeys(precision for _, precision in errors))
     colours = dict(zip(names, plt.rcParams["axes.prop_cycle"].by_key()["color"]))
-    fig, ax = plt.subplots(figsize=(8, 4.6), layout="constrained")
-    for (name, precision), values in errors.items():
-        i = names.index(name)
-        finite = [max(e, floor) if math.isfinite(e) else math.nan for e in values]
-        ax.plot(shifts, finite, color=colours[name], marker="os^dv"[i % 5], markersize=4, linewidth=max(3.2 - i, 1.0),
-                linestyle="-" if precision == "float64" else "--", label=f"{name}, {precision}")
-        bad = [s for s, e in zip(shifts, values) if not math.isfinite(e)]
-        ax.plot(bad, [ceiling / 2.5 ** i] * len(bad), linestyle="none", marker="x", markersize=9, color=colours[name])
-    ax.plot([], [], linestyle="none", marker="x", color="0.3", label="NaN or inf (drawn at the top)")
-    ax.set(yscale="log", ylim=(floor, ceiling * 3), xlabel="shift added to every key",
-           ylabel="max |difference from the exact answer|\n(an exact 0 at the bottom)")
+    fig, axes = plt.subplots(1, len(precisions), figsize=(11, 4.4), sharey=True, layout="constrained", squeeze=False)
+    for ax, precision in zip(axes[0], precisions):
+        for (name, p), values in errors.items():
+            if p != precision:
+                continue
+            i = names.index(name)
+            finite = [max(e, floor) if math.isfinite(e) else math.nan for e in values]
+            ax.plot(shifts, finite, color=colours[name], marker="os^dv"[i % 5], markersize=4,
+                    linewidth=max(3.2 - i, 1.0), label=name)
+            bad = [s for s, e in zip(shifts, values) if not math.isfinite(e)]
+            ax.plot(bad, [ceiling / 2.5 ** i] * len(bad), linestyle="none", marker="x", markersize=9,
+                    color=colours[name])
+        ax.plot([], [], linestyle="none", marker="x", color="0.3", label="NaN or inf (drawn at the top)")
+        ax.set(yscale="log", ylim=(floor, ceiling * 3), xlabel="shift added to every key", title=precision)
+        ax.legend(fontsize=9, loc="center left")
+    axes[0, 0].set_ylabel("max |difference from the exact answer|\n(an exact 0 at the bottom)")
     if title:
-        ax.set_title(title, fontsize=10)
-    ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
+        fig.suptitle(title, fontsize=11)
     return fig

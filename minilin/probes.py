@@ -37,3 +37,39 @@ def future_leakage(fn, x, *, seq_dim=1, generator=None):
         raise ValueError(f"future_leakage needs as many outputs as inputs along seq_dim, got {n_out} and {n_in}")
     future = torch.triu(torch.ones(n_out, n_in, dtype=torch.bool, device=infl.device), diagonal=1)
     return float(infl[future].max()) if n_out > 1 else 0.0
+
+
+class SuspectAttention(torch.nn.Module):
+    """A one-head causal-looking attention layer, (B, N, dim) -> (B, N, dim), that may hide a fault: what Task 5.10
+    tests without looking inside.
+
+    Weights φ_q(q_t)·(e^{k_s - c_t} + eps) for the keys s it sees, φ_q = softmax over features, each row divided by
+    its sum. stabiliser="running": c_t is the largest key entry among the keys t sees (causal: the future cannot
+    reach the past). stabiliser="global": c is the largest entry over *all* positions, detached, as in
+    performer-pytorch 1.1.4 (eps keeps it from cancelling: the future leaks, and no gradient shows it).
+    see_chunk=C > 1: position t sees every key of its own chunk of C positions, later ones included (a causal mask
+    applied per chunk, not per position: the future leaks inside each chunk).
+    """
+
+    def __init__(self, dim, *, stabiliser="running", see_chunk=1, eps=1e-4, generator=None, dtype=torch.float64):
+        super().__init__()
+        if stabiliser not in ("running", "global"):
+            raise ValueError(f"stabiliser must be 'running' or 'global', got {stabiliser!r}")
+        self.stabiliser, self.see_chunk, self.eps = stabiliser, int(see_chunk), float(eps)
+        for name in ("w_q", "w_k", "w_v"):
+            self.register_buffer(name, torch.randn(dim, dim, generator=generator, dtype=dtype) / dim ** 0.5)
+
+    def forward(self, x):
+        q, k, v = x @ self.w_q, x @ self.w_k, x @ self.w_v  # (B, N, dim) each
+        n = x.shape[-2]
+        t, s = torch.arange(n)[:, None], torch.arange(n)[None, :]
+        sees = s < (t // self.see_chunk + 1) * self.see_chunk if self.see_chunk > 1 else s <= t  # (N, N)
+        top = k.amax(-1)[..., None, :].expand(*k.shape[:-2], n, n)  # (B, N, N): the largest entry of key s
+        if self.stabiliser == "global":
+            c = k.detach().amax(dim=(-1, -2))[..., None, None, None]  # (B, 1, 1, 1): over all positions
+        else:
+            c = top.masked_fill(~sees, float("-inf")).amax(-1)[..., :, None, None]  # (B, N, 1, 1): what t sees
+        feats = torch.exp(k[..., None, :, :] - c) + self.eps  # (B, N, N, dim): key s's features for query t
+        w = torch.einsum("btf,btsf->bts", torch.softmax(q, dim=-1), feats)
+        w = torch.where(sees, w, torch.zeros_like(w))  # (B, N, N)
+        return (w @ v) / w.sum(-1, keepdim=True)

@@ -83,3 +83,18 @@ def clamp_onset(q, k, bucket_size=1):
     seen = last >= 0
     den = torch.einsum("bhnd,bhnd->bhn", torch.softmax(q, dim=-1)[:, :, seen], prefix[:, :, last[seen]])
     return math.log(1e-3 * math.sqrt(d)) - math.log(den.min().item())
+
+
+def past_changes(layer, x):
+    """Task 5.10: for each split t0, the largest move of the outputs before t0 when the inputs from t0 on are
+    scaled by 10 and by -10 (large enough to move any maximum over all positions, both signs)."""
+    n = x.shape[1]
+    readings = torch.zeros(n, dtype=torch.float64)
+    with torch.no_grad():
+        before = layer(x)
+        for t0 in range(1, n):
+            keep = torch.arange(n)[None, :, None] < t0  # (1, N, 1): the positions left as they were
+            for factor in (10.0, -10.0):
+                moved = layer(torch.where(keep, x, factor * x))[:, :t0] - before[:, :t0]
+                readings[t0] = torch.maximum(readings[t0], moved.abs().max())
+    return readings

@@ -267,14 +267,15 @@ def test_plot_error_vs_shift_marks_non_finite_errors_at_the_ceiling():
     errors = {("a", "float64"): [1e-3, 0.0, 2.0], ("a", "float16"): [math.nan, 1e-2, math.inf],
               ("b", "float64"): [1e-16, 1e-16, 1e-16]}
     fig = lesson_plots.plot_error_vs_shift([-1, 0, 1], errors, ceiling=30.0, floor=1e-17)
-    ax = fig.axes[0]
-    assert ax.get_yscale() == "log"
-    lines = {l.get_label(): l for l in ax.get_lines()}
-    assert lines["a, float16"].get_linestyle() == "--" and lines["a, float64"].get_linestyle() == "-"
-    assert list(lines["a, float64"].get_ydata()) == [1e-3, 1e-17, 2.0]  # an exact 0 at the floor
-    crosses = [l for l in ax.get_lines() if l.get_marker() == "x" and len(l.get_xdata())]
+    ax64, ax16 = fig.axes[:2]  # one panel per precision, one shared y axis
+    assert ax64.get_title() == "float64" and ax16.get_title() == "float16" and ax64.get_yscale() == "log"
+    assert ax64.get_shared_y_axes().joined(ax64, ax16)
+    lines64 = {l.get_label(): l for l in ax64.get_lines()}
+    assert list(lines64["a"].get_ydata()) == [1e-3, 1e-17, 2.0]  # an exact 0 at the floor
+    crosses = [l for l in ax16.get_lines() if l.get_marker() == "x" and len(l.get_xdata())]
     assert [(list(l.get_xdata()), list(l.get_ydata())) for l in crosses] == [([-1, 1], [30.0, 30.0])]  # name a: the top
-    assert lines["a, float64"].get_linewidth() > lines["b, float64"].get_linewidth()  # coinciding lines both show
-    assert "NaN or inf (drawn at the top)" in [t.get_text() for t in ax.get_legend().get_texts()]
+    assert not [l for l in ax64.get_lines() if l.get_marker() == "x" and len(l.get_xdata())]
+    assert lines64["a"].get_linewidth() > lines64["b"].get_linewidth()  # coinciding lines both show
+    assert "NaN or inf (drawn at the top)" in [t.get_text() for t in ax16.get_legend().get_texts()]
     import matplotlib.pyplot as plt
     plt.close(fig)

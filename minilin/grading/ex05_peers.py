@@ -1,13 +1,16 @@
-"""Checks for exercises/ex05_peers.py (Tasks 5.1-5.4, 5.6, 5.8), against minilin.efficient, minilin.linear and
-the peers (5.8: linear-attention-transformer's clamp, measured by bisection on its output)."""
+"""Checks for exercises/ex05_peers.py (Tasks 5.1-5.4, 5.6, 5.8, 5.10), against minilin.efficient, minilin.linear and
+the peers (5.8: linear-attention-transformer's clamp, measured by bisection on its output; 5.10: hidden layers,
+minilin.probes.SuspectAttention, drawn anew each run)."""
 import copy
 import importlib
+import math
 
 import torch
 
-from minilin.grading.checks import (CannotGrade, Chapter, captured, check, close, expect, expect_close, kind,
-                                    rand)
+from minilin.grading.checks import (CannotGrade, Chapter, captured, check, close, expect, expect_close,
+                                    expect_within, gen, kind, rand)
 from minilin.grading.ex04_performer import no_future_leak
+from minilin.probes import SuspectAttention
 
 CHAPTER = Chapter(5, "ex05_peers", "efficient attention, weight transplants")
 MASK = torch.tensor([[True, False, True, True, True, False, True], [False] * 7])
@@ -205,3 +208,56 @@ def clamp_onset(f):
         elif offset < 0:
             what += "; keys low: the clamp already acts at s = 0"
         yield close(f(q, k, bucket_size=bucket), lat_clamp_onset(q, k, bucket), atol=1e-6, what=what + ")")
+
+
+def past_changes_reference(layer, x, factors=(10.0, -10.0)):
+    """The grader's own reading: for each split t0, the largest |change| of the outputs before t0 when the inputs
+    from t0 on are multiplied by each of `factors` (large, both signs: enough to move a maximum over all positions)."""
+    n = x.shape[1]
+    out = torch.zeros(n, dtype=torch.float64)
+    with torch.no_grad():
+        base = layer(x)
+        for t0 in range(1, n):
+            for factor in factors:
+                changed = torch.cat([x[:, :t0], factor * x[:, t0:]], dim=1)
+                out[t0] = max(out[t0].item(), (layer(changed)[:, :t0] - base[:, :t0]).abs().max().item())
+    return out
+
+
+CAUSAL, LEAKS = 1e-12, 1e-6  # the grader's reading: causal at t0 when <= CAUSAL, leaking when > LEAKS
+
+
+def judge_past_changes(call, layer_words, expected):
+    def judge(got):
+        n = expected.shape[0]
+        expect(isinstance(got, torch.Tensor), call, f"returned {kind(got)}; expected a tensor of shape ({n},)")
+        expect(tuple(got.shape) == (n,) and got.is_floating_point(), call,
+               f"returned {kind(got)}; expected a float tensor of shape ({n},), one reading per split t0")
+        expect_within(got, math.inf, call, "a reading")
+        expect(bool((got >= 0).all()), call, f"a reading is negative ({got.min().item():.3g}): each is a largest |change|")
+        for t0 in range(n):
+            mine, theirs = got[t0].item(), expected[t0].item()
+            if theirs <= CAUSAL:
+                expect(mine <= CAUSAL, call, f"{layer_words}: at t0 = {t0} your reading is {mine:.3g}, but no change of "
+                       f"the inputs from t0 on moves an output before t0 (the grader's reading is {theirs:.1g}): "
+                       f"does your change leave every input before t0 exactly as it was, and do you compare only the "
+                       f"outputs before t0?")
+            elif theirs > LEAKS:
+                expect(mine > 1e-9, call, f"{layer_words}: at t0 = {t0} your reading is {mine:.3g}, but the grader's "
+                       f"change of the inputs from t0 on moves an output before t0 by {theirs:.3g}: the future leaks "
+                       f"there. Is your change large enough to move a statistic of all positions (a maximum)?")
+    return check(call, judge=judge)
+
+
+@CHAPTER.task("5.10", "past_changes")
+def past_changes(f):
+    """pitfall 3's test on layers you did not write: how far the future moves the past"""
+    # (what the layer hides, B, N, dim, seed); each layer and input is drawn anew on every run
+    cases = (("running", 2, 10, 8, 70), ("global", 2, 10, 8, 72), ("chunk", 2, 11, 6, 74), ("global", 1, 7, 5, 76))
+    for hides, B, N, dim, seed in cases:
+        see_chunk = 2 + int(torch.randint(3, (1,), generator=gen(seed + 1))) if hides == "chunk" else 1
+        layer = SuspectAttention(dim, stabiliser="global" if hides == "global" else "running", see_chunk=see_chunk,
+                                 generator=gen(seed))
+        x = rand(B, N, dim, seed=seed + 2, scale=3.0)
+        words = f"a hidden layer (dim {dim}, N = {N})"
+        yield judge_past_changes(f(layer, x), words, past_changes_reference(layer, x))

@@ -100,6 +100,53 @@ def chunked_causal_linear_attention(q, k, v, chunk_size, mask=None):  # no tril 
         outs.append(a @ S / (a * z[:, :, None]).sum(-1, keepdim=True))
     return torch.cat(outs, dim=2)
 """),
+    # Task 5.10: a gradient probe (blind to a detached maximum), a small redraw of the future as in the notebook's
+    # cell (moves no maximum of the past), a change that starts one position early, a comparison that includes t0
+    "5.10-gradient-probe": ("5.10", "past_changes", """import torch
+def past_changes(layer, x):
+    n = x.shape[1]
+    out = torch.zeros(n, dtype=torch.float64)
+    for t0 in range(1, n):
+        xg = x.clone().requires_grad_()
+        (g,) = torch.autograd.grad(layer(xg)[:, :t0].sum(), xg)
+        out[t0] = g[:, t0:].abs().max()
+    return out
+"""),
+    "5.10-small-redraw": ("5.10", "past_changes", """import torch
+def past_changes(layer, x):
+    n = x.shape[1]
+    out = torch.zeros(n, dtype=torch.float64)
+    with torch.no_grad():
+        for t0 in range(1, n):
+            x2 = x.clone()
+            x2[:, t0:] = 2 * torch.randn(x2[:, t0:].shape, generator=torch.Generator().manual_seed(96), dtype=x.dtype)
+            out[t0] = (layer(x2)[:, :t0] - layer(x)[:, :t0]).abs().max()
+    return out
+"""),
+    "5.10-one-early": ("5.10", "past_changes", """import torch
+def past_changes(layer, x):
+    n = x.shape[1]
+    out = torch.zeros(n, dtype=torch.float64)
+    with torch.no_grad():
+        for t0 in range(1, n):
+            for f in (10.0, -10.0):
+                x2 = x.clone()
+                x2[:, t0 - 1:] *= f
+                out[t0] = max(out[t0], (layer(x2)[:, :t0] - layer(x)[:, :t0]).abs().max())
+    return out
+"""),
+    "5.10-through-t0": ("5.10", "past_changes", """import torch
+def past_changes(layer, x):
+    n = x.shape[1]
+    out = torch.zeros(n, dtype=torch.float64)
+    with torch.no_grad():
+        for t0 in range(1, n):
+            for f in (10.0, -10.0):
+                x2 = x.clone()
+                x2[:, t0:] *= f
+                out[t0] = max(out[t0], (layer(x2)[:, :t0 + 1] - layer(x)[:, :t0 + 1]).abs().max())
+    return out
+"""),
     "5.8-no-root": ("5.8", "clamp_onset", CLAMP.format(factor="1.0", rows=":")),  # LAT's D^-1/2 forgotten
     "5.8-scale-inverted": ("5.8", "clamp_onset", CLAMP.format(factor="d ** -0.5", rows=":")),  # D^-1/2 on 1e-3
     "5.8-first-position": ("5.8", "clamp_onset", CLAMP.format(factor="d ** 0.5", rows=":1")),  # query 0 only
@@ -235,6 +282,23 @@ def shifted_linear_mix(q, k, v, mu):  # notebook 07's causal_linear_mix pasted: 
 
 PASSING = {
     # id: (task, function name, another right answer, which the checks must accept)
+    # Task 5.10 with other changes of the future: a large shift and a large redraw, one split at a time
+    "5.10-shift-and-redraw": ("5.10", "past_changes", """import torch
+def past_changes(layer, x):
+    n = x.shape[1]
+    out = []
+    with torch.no_grad():
+        ref = layer(x)
+        for t0 in range(n):
+            worst = 0.0
+            for change in (50.0, -50.0, "redraw"):
+                x2 = x.clone()
+                tail = x2[:, t0:]
+                x2[:, t0:] = tail + change if change != "redraw" else 100 * torch.randn(tail.shape, dtype=x.dtype)
+                worst = max(worst, (layer(x2)[:, :t0] - ref[:, :t0]).abs().max().item() if t0 else 0.0)
+            out.append(worst)
+    return torch.tensor(out, dtype=torch.float64)
+"""),
     # linear cost through an (M, D, Dv) tensor of outer products, larger than N·M at small sizes
     "5.1-outer-products": ("5.1", "efficient_attention", """import torch
 def efficient_attention(q, k, v, mask=None):
