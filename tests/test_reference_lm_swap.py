@@ -1,4 +1,4 @@
-"""results/reference/lm_swap_*.csv (notebook 07's stored runs): what the notebook's first appendix and section 7
+"""results/reference/lm_swap_*.csv (notebook 07's stored runs): what the notebook's section 7 and appendices
 say about them, checked on the files themselves."""
 from pathlib import Path
 
