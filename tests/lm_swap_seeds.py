@@ -6,6 +6,9 @@ results/reference/lm_swap_seeds.csv.
     python tests/lm_swap_seeds.py --lr 0.01 --out /tmp/lr.csv  # the same runs at another constant rate
     python tests/lm_swap_seeds.py --mixing previous,off --lr 0.01 --out /tmp/c.csv  # the two controls instead
     python tests/lm_swap_seeds.py --steps 1600 --every 400 --out results/reference/lm_swap_long.csv  # longer runs
+    python tests/lm_swap_seeds.py --mixing twobytes --out results/reference/lm_swap_seeds_twobytes.csv
+        # the two-byte network: the fixed read in layer 0, layer 1's mixing off (a mixing step per layer)
+    python tests/lm_swap_seeds.py --mixing twobytes --steps 1600 --every 400 --out results/reference/lm_swap_long_twobytes.csv
 
 The model, the loop, the sizes and the validation bytes are the notebook's own: the script runs the notebook's code
 cells up to the one that defines `train_lm` (leaving out the statements there that call it) and the later definition
@@ -32,7 +35,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 NOTEBOOK = ROOT / "notebooks" / "07_tiny_lm.ipynb"
 OUT = ROOT / "results" / "reference" / "lm_swap_seeds.csv"
-MIXES = {"exact": "causal_softmax_mix", "linear": "causal_linear_mix", "previous": "previous_byte_mix", "off": "no_mix"}
+MIXES = {"exact": "causal_softmax_mix", "linear": "causal_linear_mix", "previous": "previous_byte_mix", "off": "no_mix",
+         "twobytes": ("previous_byte_mix", "no_mix")}   # a tuple: one mixing step per layer (the two-byte network)
 
 
 def notebook_namespace():
@@ -89,7 +93,9 @@ def main(argv=None):
     for seed in seeds:
         for name in mixings:
             start = time.perf_counter()
-            _, curve = ns["train_lm"](ns[MIXES[name]], seed=seed)
+            mix = MIXES[name]
+            mix = [ns[m] for m in mix] if isinstance(mix, tuple) else ns[mix]
+            _, curve = ns["train_lm"](mix, seed=seed)
             for step in range(every, ns["STEPS"] + 1, every):
                 row = {"seed": seed, "mixing": name, "lr": ns["LR"]}
                 if args.steps is not None or args.every is not None:

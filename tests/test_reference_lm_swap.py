@@ -1,4 +1,4 @@
-"""results/reference/lm_swap_*.csv (notebook 07's stored runs): what the notebook's first appendix and section 7
+"""results/reference/lm_swap_*.csv (notebook 07's stored runs): what the notebook's section 7 and appendices
 say about them, checked on the files themselves."""
 from pathlib import Path
 
@@ -49,6 +49,15 @@ def test_longer_runs_start_from_the_stored_seeds():
     for m in ("exact", "linear"):
         assert (long.loc[400, m] - seeds[m]).abs().max() < 0.05             # step 400 of the same runs
     assert (gap > 0).all() and gap.groupby("step").mean().is_monotonic_decreasing   # the gap shrinks, stays > 0
+
+
+def test_the_two_byte_control_is_the_same_recipe():
+    short = pd.read_csv(REFERENCE / "lm_swap_seeds_twobytes.csv", comment="#").set_index("seed")
+    long = pd.read_csv(REFERENCE / "lm_swap_long_twobytes.csv", comment="#").pivot(index="step", columns="seed",
+                                                                                   values="val_bits_per_byte")
+    assert list(short.index) == [0, 1, 2] and set(short["mixing"]) == {"twobytes"} and set(short["lr"]) == {0.003}
+    assert list(long.index) == [400, 800, 1200, 1600] and long.notna().all().all()
+    assert (long.loc[400] - short.loc[long.columns, "val_bits_per_byte"]).abs().max() < 0.05   # step 400 of the same runs
 
 
 if __name__ == "__main__":
