@@ -204,7 +204,8 @@ def past_changes(layer, x):
         changed input equal to x before t0 and far from x from t0 on (try more than one change, of both signs),
         run the layer on it, and keep the largest |difference| of the outputs at positions before t0.
     Hint 3 (formula): reading(t0) = max over your changes of max |layer(x')[:, s] - layer(x)[:, s]| over s < t0,
-        where x' equals x at every position < t0. A maximum moves only if the changed entries exceed it: scale the
-        future by a factor well above 1, once positive and once negative.
+        where x' equals x at every position < t0. A detached maximum over all positions shows only if your change
+        can raise it above the maximum the past already saw; a random redraw at the same scale may leave it where
+        it was, and then the past does not move.
     """
     raise NotImplementedError("Task 5.10")

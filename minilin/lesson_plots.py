@@ -211,13 +211,14 @@ def plot_rank_two_ways(cut, trained, *, markers, chance, colour="tab:green", sup
     return fig
 
 
-def plot_error_vs_shift(shifts, errors, *, ceiling=30.0, floor=1e-17, title=None):
+def plot_error_vs_shift(shifts, errors, *, ceiling=30.0, floor=1e-17, nudge=0.2, title=None):
     """Notebook 05's pitfall 2: each implementation's max |difference from the exact answer| against a shift added
     to every key, on a log axis, one panel per precision (float64 | float16, one shared y axis); returns the Figure.
 
     shifts: the x values; errors: {(name, precision): one error per shift}; one colour, marker and line width per
     name (the first widest: coinciding lines stay visible), the same in both panels. A NaN or inf error is drawn as
-    an 'x' near `ceiling`, each name a little lower (the line breaks there); an exact 0 at `floor`, the axis' bottom.
+    an 'x' near `ceiling` in the name's colour, each name a little lower and `nudge` further right (the line breaks
+    there); an exact 0 at `floor`, the axis' bottom.
     """
     import math
 
@@ -233,10 +234,12 @@ def plot_error_vs_shift(shifts, errors, *, ceiling=30.0, floor=1e-17, title=None
             finite = [max(e, floor) if math.isfinite(e) else math.nan for e in values]
             ax.plot(shifts, finite, color=colours[name], marker="os^dv"[i % 5], markersize=4,
                     linewidth=max(3.2 - i, 1.0), label=name)
-            bad = [s for s, e in zip(shifts, values) if not math.isfinite(e)]
+            dx = nudge * (i - (len(names) - 1) / 2)  # each name's crosses a little to the side: none hides another
+            bad = [s + dx for s, e in zip(shifts, values) if not math.isfinite(e)]
             ax.plot(bad, [ceiling / 2.5 ** i] * len(bad), linestyle="none", marker="x", markersize=9,
                     color=colours[name])
-        ax.plot([], [], linestyle="none", marker="x", color="0.3", label="NaN or inf (drawn at the top)")
+        ax.plot([], [], linestyle="none", marker="x", color="0.3",
+                label="NaN or inf (drawn at the top, in its line's colour)")
         ax.set(yscale="log", ylim=(floor, ceiling * 3), xlabel="shift added to every key", title=precision)
         ax.legend(fontsize=9, loc="center left")
     axes[0, 0].set_ylabel("max |difference from the exact answer|\n(an exact 0 at the bottom)")
