@@ -192,6 +192,7 @@ def test_a_plausible_wrong_answer_fails(name, tmp_path):
 
 
 
+@pytest.mark.needs_solutions
 def test_the_8_1_mutants_are_right_somewhere():
     """A mutant that is wrong everywhere proves little: the signed map decodes as well as the solution (only its form
     is wrong), and the map that ignores the sources is right on the identity copy."""
