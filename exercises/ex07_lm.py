@@ -1,6 +1,6 @@
 """Exercises for notebook 07. Core: the loss and the schedule of the training loop (Tasks 7.3 and 7.5), the chapter's
 decoding idea on a new attention (Task 7.8: one recurrent step with a state of constant size), a prediction of its
-decoding finding on new sizes (Task 7.9), and a test of its explanation of the swap's cost (Task 7.10, an extend
+decoding finding on new sizes (Task 7.9), and a test of one explanation of the swap's cost (Task 7.10, an extend
 task: token shift lets linear attention read the previous byte; predict, then measure). Optional: LM plumbing,
 7.1 (cut text to a byte budget), 7.2 (targets across documents) and 7.6 (checkpoints); 7.4 (masked-LM corruption)
 and 7.7 (nucleus sampling, an extend task: use the idea on a new case).
@@ -85,8 +85,8 @@ def lm_loss(logits, targets):
 def mask_for_mlm(tokens, *, generator, mask_prob=0.15):
     """Task 7.4 (optional): BERT's masked-LM corruption -> (corrupted, targets), both shaped like tokens.
 
-    Notebook 07, section 7 shows that Linformer cannot be causal: it trains as a masked LM instead (BERT, Devlin et
-    al. 2018, arXiv 1810.04805), on inputs corrupted this way.
+    Notebook 07's appendix "why Linformer is not among the swaps" shows that Linformer cannot be causal: it trains
+    as a masked LM instead (BERT, Devlin et al. 2018, arXiv 1810.04805), on inputs corrupted this way.
     Select each position independently with probability mask_prob.
     A selected position becomes MASK_ID with probability 0.8, a uniformly random byte (0..255, drawn for each
     position) with probability 0.1, and keeps its byte with probability 0.1. targets = the original byte at
@@ -236,9 +236,10 @@ def predicted_crossover(heads, head_dim, features):
     Hint 2 (plan): the state's size for one head (a features x head_dim matrix and a vector of length features),
         the cache's size after t tokens for one head (keys and values); the heads and the layers multiply both sides
         alike; solve for the first t where the cache is larger.
-    Hint 3 (formula): the cache's count is t times what one token adds, so divide the state's count by that
-        per-token count; the answer is the next whole number above the quotient (one more if the quotient is whole).
-        Check it on section 7's sizes against the notebook's table.
+    Hint 3 (formula): write "the cache after t tokens holds more than the state" as an inequality in t for one
+        head, and find its smallest whole-number solution. Test your rule on sizes where the two counts are equal
+        at some t: the cache must hold MORE, so that t is not yet the answer. Check it on section 7's sizes against
+        the notebook's table.
     """
     raise NotImplementedError("Task 7.9")
 
@@ -247,17 +248,18 @@ def shifted_linear_mix(q, k, v, mu):
     """Task 7.10 (predict, then measure; an extend task): causal elu+1 linear attention whose keys and values are
     first mixed with the previous position's (token shift, as in RWKV).
 
-    Tests notebook 07, section 7's explanation of the swap's cost: the linear model grew no previous-byte head, and
-    the fixed read of the byte before (`previous_byte_mix`) beat it. With mu < 1, token shift puts the previous
-    byte's key and value into every position's own slot, so no head has to find it. The grader checks only this
-    mixing step; the task's point, your prediction and your measurement below, is yours to check: no grader can.
+    Tests one explanation of the swap's cost suggested by notebook 07, section 7's observations: the linear model
+    grew no previous-byte head, and the fixed read of the byte before (`previous_byte_mix`) beat it. With mu < 1,
+    token shift puts the previous byte's key and value into every position's own slot, so no head has to find it.
+    The grader checks only this mixing step; the task's point, your prediction and your measurement below, is yours
+    to check: no grader can.
     q, k, v: (B, H, N, D); mu: a float in [0, 1], or a (H,) tensor, one per head  ->  (B, H, N, D).
     k'_t = mu·k_t + (1 - mu)·k_{t-1} and v'_t = mu·v_t + (1 - mu)·v_{t-1}, with k_{-1} = v_{-1} = 0; then
     out_i = Σ_{j ≤ i} (φ(q_i)·φ(k'_j)) v'_j / Σ_{j ≤ i} φ(q_i)·φ(k'_j) with φ(x) = elu(x) + 1 and no 1/√D
-    (notebook 05, §1). mu = 1 is plain linear attention. Do not call minilin here. The checks compare with minilin's
-    elu+1 linear attention on shifted keys and values in float64, on two shapes with a scalar and a per-head mu, at
-    mu = 1 and mu = 0, and change the key and value at one position: no earlier output may move, and that position
-    must be read.
+    (notebook 05, Appendix A). mu = 1 is plain linear attention. Do not call minilin here. The checks compare with
+    minilin's elu+1 linear attention on shifted keys and values in float64, on two shapes with a scalar and a
+    per-head mu, at mu = 1 and mu = 0, and change the key and value at one position: no earlier output may move, and
+    that position must be read.
 
     Then measure, in a cell of your own below section 7 (paste the function or import it from this file). Before
     you run anything, write down your prediction: after the same 400 steps, will the gap between the shifted model's
@@ -265,8 +267,8 @@ def shifted_linear_mix(q, k, v, mu):
     nothing? Then train the notebook's model with your mixing step (`train_lm(lambda q, k, v:
     shifted_linear_mix(q, k, v, 0.5))`, about a minute on a laptop CPU) and compare the last validation scores. For
     a fair baseline, also train exact attention on the same shifted keys and values (your own mixing step: the
-    shift, then `causal_softmax_mix`): how much of section 7's gap is left, and what does that say about its
-    explanation?
+    shift, then `causal_softmax_mix`): how much of section 7's gap is left, and what does that say about the
+    missing head as its cause?
 
     Hint 1 (nudge): the shift and the attention are two separate steps. What move along the position axis gives
         every position its predecessor's key, with zeros at position 0? And how does a mu of shape (H,) line up
