@@ -210,6 +210,20 @@ def test_committed_k16_runs_at_lr_1e2_cover_three_seeds_and_say_how_they_were_ma
     assert dec.loc[0, "decode_sum"] < float(last[last.seed == 0].val_acc.iloc[0]) - 0.3
 
 
+def test_committed_probes_of_the_k16_runs_say_how_they_were_made_and_the_mlp_decodes_more():
+    """limits_copy_probe.csv (notebook 08, section 4): the lr 0.01 runs again with --probe; per seed a linear and an
+    MLP readout of the answer slots' token weights, and the model's own accuracy on the same inputs."""
+    text = (ROOT / "results" / "reference" / "limits_copy_probe.csv").read_text()
+    assert "command: python tests/limits_copy_long.py --ks 16 --lr 0.01 --probe" in text and "machine:" in text
+    g = limits.read_grid("limits_copy_probe.csv")
+    p = g[g.measure.str.startswith("probe")].pivot(index="seed", columns="measure", values="val_acc")
+    assert list(p.index) == [0, 1, 2] and list(p.columns) == ["probe_linear", "probe_mlp", "probe_model"]
+    assert (p.probe_mlp >= p.probe_linear + 0.2).all() and ((p.probe_model - p.probe_mlp).abs() <= 0.1).all()
+    last = g[(g.measure == "val_acc") & (g.step == 1200)].set_index("seed").val_acc
+    long = limits.read_grid("limits_copy_long_lr1e-2.csv")
+    assert last.to_dict() == long[(long.measure == "val_acc") & (long.step == 1200)].set_index("seed").val_acc.to_dict()
+
+
 def test_answer_rows_first_occurrence_copies_and_int_cuts_to_rank_r():
     """'first': each answer slot reads its value's first occurrence in the span (rank <= distinct letters), so the
     answer rows of the output are the sources' values; an int r: those rows of the map cut to their best rank-r."""
