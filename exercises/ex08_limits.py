@@ -26,12 +26,12 @@ def convex_copy_map(sources, k):
 
     Hint 1 (nudge): the decode takes an argmax in each row, so multiplying a row by a positive number changes
         nothing. How close to the random map can you get if its rows may come back each scaled by its own factor?
-    Hint 2 (plan): start from section 5's random map, with slot j's row drawn from the row of position
-        sources[j]; shift its signed weights up until none is negative; see what the shift adds to every row of the
-        product, and spend one of the k slots on taking that back; then scale each row of A to sum to one.
-    Hint 3 (formula): a rank-(k - 1) projector Q Qᵀ needs k - 1 slots; shifting each row's weights by a constant c
-        makes them non-negative but adds c times the sum of F's rows to every row of A F, so give that shift its
-        own slot and choose the slot's row of F to cancel it. Dividing a row of A by its total keeps its argmax.
+    Hint 2 (plan): find a map that decodes well and breaks the form only because some of its weights are
+        negative. Ask what making them non-negative does to every row of A F, and whether one of the k slots could
+        be spent on undoing that.
+    Hint 3 (formula): the principle: a non-negative softmax costs at most one rank. Adding the same constant to
+        every weight of A adds a term to A F that one row of F can absorb, so what a signed map of rank k - 1
+        decodes, a map of this form of rank k can decode too.
     """
     raise NotImplementedError("Task 8.1")
 
