@@ -216,33 +216,37 @@ def plot_error_vs_shift(shifts, errors, *, ceiling=30.0, floor=1e-17, nudge=0.2,
     to every key, on a log axis, one panel per precision (float64 | float16, one shared y axis); returns the Figure.
 
     shifts: the x values; errors: {(name, precision): one error per shift}; one colour, marker and line width per
-    name (the first widest: coinciding lines stay visible), the same in both panels. A NaN or inf error is drawn as
-    an 'x' near `ceiling` in the name's colour, each name a little lower and `nudge` further right (the line breaks
-    there); an exact 0 at `floor`, the axis' bottom.
+    name (the first widest: coinciding lines stay visible), the same in both panels. A NaN or inf error is drawn
+    near `ceiling` in the name's colour with a marker of its own per name ('x', '+', '*', ...), each name a little
+    lower and `nudge` further right (the line breaks there); an exact 0 at `floor`, the axis' bottom. One legend,
+    outside the panels on the right.
     """
     import math
 
     names = list(dict.fromkeys(name for name, _ in errors))
     precisions = list(dict.fromkeys(precision for _, precision in errors))
     colours = dict(zip(names, plt.rcParams["axes.prop_cycle"].by_key()["color"]))
-    fig, axes = plt.subplots(1, len(precisions), figsize=(11, 4.4), sharey=True, layout="constrained", squeeze=False)
+    nan_markers = dict(zip(names, "x+*1P"))
+    fig, axes = plt.subplots(1, len(precisions), figsize=(12, 4.4), sharey=True, layout="constrained", squeeze=False)
+    handles = {}
     for ax, precision in zip(axes[0], precisions):
         for (name, p), values in errors.items():
             if p != precision:
                 continue
             i = names.index(name)
             finite = [max(e, floor) if math.isfinite(e) else math.nan for e in values]
-            ax.plot(shifts, finite, color=colours[name], marker="os^dv"[i % 5], markersize=4,
-                    linewidth=max(3.2 - i, 1.0), label=name)
-            dx = nudge * (i - (len(names) - 1) / 2)  # each name's crosses a little to the side: none hides another
+            handles[name], = ax.plot(shifts, finite, color=colours[name], marker="os^dv"[i % 5], markersize=4,
+                                     linewidth=max(3.2 - i, 1.0), label=name)
+            dx = nudge * (i - (len(names) - 1) / 2)  # each name's marks a little to the side: none hides another
             bad = [s + dx for s, e in zip(shifts, values) if not math.isfinite(e)]
-            ax.plot(bad, [ceiling / 2.5 ** i] * len(bad), linestyle="none", marker="x", markersize=9,
-                    color=colours[name])
-        ax.plot([], [], linestyle="none", marker="x", color="0.3",
-                label="NaN or inf (drawn at the top, in its line's colour)")
+            mark, = ax.plot(bad, [ceiling / 2.5 ** i] * len(bad), linestyle="none", marker=nan_markers[name],
+                            markersize=9, markeredgewidth=1.8, color=colours[name])
+            if bad:
+                handles[f"{name}: NaN or inf (drawn at the top)"] = mark
         ax.set(yscale="log", ylim=(floor, ceiling * 3), xlabel="shift added to every key", title=precision)
-        ax.legend(fontsize=9, loc="center left")
     axes[0, 0].set_ylabel("max |difference from the exact answer|\n(an exact 0 at the bottom)")
+    lines = [k for k in handles if k in names] + [k for k in handles if k not in names]
+    fig.legend([handles[k] for k in lines], lines, loc="outside right center", fontsize=9)
     if title:
         fig.suptitle(title, fontsize=11)
     return fig

@@ -272,11 +272,12 @@ def test_plot_error_vs_shift_marks_non_finite_errors_at_the_ceiling():
     assert ax64.get_shared_y_axes().joined(ax64, ax16)
     lines64 = {l.get_label(): l for l in ax64.get_lines()}
     assert list(lines64["a"].get_ydata()) == [1e-3, 1e-17, 2.0]  # an exact 0 at the floor
-    crosses = [l for l in ax16.get_lines() if l.get_marker() == "x" and len(l.get_xdata())]
+    crosses = [l for l in ax16.get_lines() if l.get_marker() == "x" and len(l.get_xdata())]  # name a's marker
     assert [(list(l.get_xdata()), list(l.get_ydata())) for l in crosses] == [([-1.1, 0.9], [30.0, 30.0])]  # name a: the top
     assert crosses[0].get_color() == lines64["a"].get_color()  # in its line's colour, nudged left of name b's
     assert not [l for l in ax64.get_lines() if l.get_marker() == "x" and len(l.get_xdata())]
     assert lines64["a"].get_linewidth() > lines64["b"].get_linewidth()  # coinciding lines both show
-    assert "NaN or inf (drawn at the top, in its line's colour)" in [t.get_text() for t in ax16.get_legend().get_texts()]
+    assert "a: NaN or inf (drawn at the top)" in [t.get_text() for t in fig.legends[0].get_texts()]  # one legend, outside
+    assert ax16.get_legend() is None and ax64.get_legend() is None
     import matplotlib.pyplot as plt
     plt.close(fig)
