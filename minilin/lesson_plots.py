@@ -106,12 +106,14 @@ def plot_attention_maps(panels, labels, *, suptitle=None, gamma=1.0, ncols=None)
     """Attention maps on one colour scale (notebook 07's layer-0 heads), `ncols` per row; returns the Figure.
 
     panels: [(title, (N, N) weights in [0, 1])]; labels: the N bytes (or tokens) shown on both axes.
-    Every panel shares one PowerNorm(gamma, 0, 1) scale (linear by default; gamma < 1 makes small weights show)
-    and one colour bar; rows are queries, columns keys; each row of panels has its own y-label.
+    NaN entries (masked keys) are drawn grey. Every panel shares one PowerNorm(gamma, 0, 1) scale (linear by
+    default; gamma < 1 makes small weights show) and one colour bar; rows are queries, columns keys; each row of panels has its own y-label.
     """
     from matplotlib.colors import PowerNorm
 
     norm = PowerNorm(gamma, vmin=0.0, vmax=1.0)
+    cmap = plt.get_cmap("magma").copy()
+    cmap.set_bad("lightgrey")      # NaN (e.g. a masked future key) is drawn grey, apart from weight 0
     ncols = ncols or len(panels)
     nrows = -(-len(panels) // ncols)
     fig, axes = plt.subplots(nrows, ncols, figsize=(2.9 * ncols + 1.0, 4.0 * nrows), layout="constrained",
@@ -121,7 +123,7 @@ def plot_attention_maps(panels, labels, *, suptitle=None, gamma=1.0, ncols=None)
     for ax, (title, weights) in zip(axes.flat, panels):
         if tuple(weights.shape) != (len(labels), len(labels)):
             raise ValueError(f"panel {title!r}: weights {tuple(weights.shape)}, but {len(labels)} labels")
-        image = ax.imshow(weights, cmap="magma", norm=norm, interpolation="nearest")
+        image = ax.imshow(weights, cmap=cmap, norm=norm, interpolation="nearest")
         ax.grid(False)
         ax.tick_params(length=0, pad=1)
         ax.set_xticks(range(len(labels)), labels, fontsize=8, family="monospace")
