@@ -18,11 +18,11 @@ def convex_copy_map(sources, k):
     sources: (S,) long tensor, a permutation of 0..S-1 (answer slot j must read position sources[j]); k: an int,
     2 <= k < S  ->  (A, F): A (S, k) floating, every entry >= 0 and every row summing to 1 (what a softmax over k
     slots gives); F (k, S) floating, any real numbers. Their product A F is the map over positions, of rank at most k.
-    The grader draws 16-letter sequences and decodes each slot as section 5 does: slot j answers the letter with
-    the largest total weight in row j of A F. It also builds section 5's block averaging in this form (k groups of
+    The grader draws 16-letter sequences and decodes each slot as section 4 does: slot j answers the letter with
+    the largest total weight in row j of A F. It also builds section 4's block averaging in this form (k groups of
     neighbouring slots, each reading the average of its group's sources) and decodes it on the same letters. Your
     map passes when it keeps at least 0.1 more of the letters than block averaging (at S = 63, k = 16: about
-    0.34). Section 5's random map keeps 0.66 there, but its weights take both signs: it is not of this form.
+    0.34). Section 4's random map keeps 0.66 there, but its weights take both signs: it is not of this form.
 
     Hint 1 (nudge): the decode takes an argmax in each row, so multiplying a row by a positive number changes
         nothing. How close to the random map can you get if its rows may come back each scaled by its own factor?
@@ -44,8 +44,8 @@ def copy_sharpness(v, positions, tol):
     query j's scaled scores are s on projected slot j and 0 on every other projected slot: its output
     softmax(scores) (F v) tends to v[..., positions, :] as s grows, but a softmax never reaches it. Return the
     smallest s >= 0 at which every entry of that output is within `tol` of v[..., positions, :] (to 1e-6 in s; 0.0
-    when s = 0 already meets it). Predict first: for 16 slots and tol 1e-3, is s nearer 5, 10 or 50, and how does
-    it grow with the number of slots?
+    when s = 0 already meets it). Predict first: for v ~ N(0, 1), 16 slots and tol 1e-3, is s nearer 5, 10 or 50,
+    and how does it grow with the number of slots?
     Extends notebook 08's appendix on a copying Linformer, whose queries do not fully single out their slot unaided: how
     large must the gap between the own score and the others be, for a copy to a given precision?
 

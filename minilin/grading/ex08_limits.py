@@ -2,7 +2,7 @@
 chapter's idea on a case no notebook cell solves.
 
 Task 8.1 builds a rank-k map of Linformer's form, A F with A's rows non-negative and summing to one, that copies a
-permuted span: the grader decodes it as notebook 08's section 5 does, on letters it draws, and compares it with
+permuted span: the grader decodes it as notebook 08's section 4 does, on letters it draws, and compares it with
 block averaging (the one map of that section with this form) on the same letters. 8.3 asks how sharp the scores
 of a Linformer whose E = F select chosen positions must be to copy them to a tolerance.
 """
@@ -19,14 +19,14 @@ MARGIN = 0.1  # the map must keep this much more of the letters than block avera
 
 
 def decoded(P, sources, letters):
-    """Section 5's argmax decode: the share of slots j whose row of P weighs the letter at sources[j] most
+    """Section 4's argmax decode: the share of slots j whose row of P weighs the letter at sources[j] most
     (letters (draws, S); a tie goes to the lower letter, as torch.argmax does)."""
     mixed = P @ torch.nn.functional.one_hot(letters, ALPHABET).to(P.dtype)  # (draws, S, letters)
     return float((mixed.argmax(-1) == letters[:, sources]).to(P.dtype).mean())
 
 
 def block_averaging(sources, k):
-    """Section 5's block averaging in Linformer's form: slot i of F averages the sources of the i-th of k groups
+    """Section 4's block averaging in Linformer's form: slot i of F averages the sources of the i-th of k groups
     of neighbouring answer slots, and each answer slot puts its whole weight on its group's slot."""
     S = sources.shape[0]
     A, F = torch.zeros(S, k, dtype=torch.float64), torch.zeros(k, S, dtype=torch.float64)
