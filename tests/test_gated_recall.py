@@ -74,7 +74,7 @@ def test_rewriting_half_the_keys_trades_new_values_for_untouched_keys(ratio):
 
 @pytest.mark.parametrize("ratio", [1, 2, 10])
 def test_a_smaller_delta_step_beats_additive_writes(ratio):
-    """Not in the notebook's figure: a smaller step (a smaller gradient step) cancels part of the crosstalk."""
+    """Section 3 (β = 0.25; β = 0.1 not in the notebook): a smaller gradient step cancels part of the crosstalk."""
     P = ratio * D
     for beta in (0.1, 0.25):
         assert above(hits(P, "delta", beta=beta) - hits(P, "additive"), 3), beta
@@ -92,3 +92,21 @@ def test_additive_crosstalk_and_delta_trade_error_for_signal(ratio):
     assert sq(delta).mean() < per_draw.mean()
     assert above(((add - delta) * values).sum(-1).mean(-1), 4)
     assert math.isclose(float((delta[:, -1] - values[:, -1]).abs().max()), 0.0, abs_tol=1e-12)   # newest pair exact
+
+
+@pytest.mark.parametrize("ratio", [0.5, 1])
+def test_a_rewrite_costs_additive_writes_and_not_delta_against_fresh_keys_in_the_same_positions(ratio):
+    """Appendix C's recency control: the last P/2 writes are fresh keys instead of rewrites."""
+    P, R = int(ratio * D), int(ratio * D) // 2
+    keys, values = unit(P, 30), torch.cat([unit(P, 60), unit(R, 90)], dim=2)
+    keys = torch.cat([keys, unit(R, 120)], dim=2)
+    fresh = {}
+    for write in ("additive", "delta"):
+        ones = torch.ones(keys.shape[:3], dtype=f64)
+        S = (gated.retention(keys, keys, values, 1.0, scale=1.0, return_state=True)[1] if write == "additive" else
+             gated.gated_delta_rule(keys, keys, values, ones, 0 * ones, scale=1.0, return_state=True)[1])
+        read = (keys @ S)[:, 0, P:]
+        fresh[write] = ((F.normalize(read, dim=-1) @ values[:, 0].transpose(-2, -1)).argmax(-1)
+                        == torch.arange(P, P + R)).double().mean(-1)
+    add_cost, delta_cost = fresh["additive"] - rewrite_hits(P, "additive")[0], fresh["delta"] - rewrite_hits(P, "delta")[0]
+    assert above(add_cost, 4) and above(add_cost - delta_cost, 4) and abs(delta_cost.mean()) < 0.03
