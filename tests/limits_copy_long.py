@@ -11,7 +11,7 @@ are still rising, so this script trains the same runs (`minilin.limits.run`, the
 only `steps` changed) for longer, and cuts the longer k = 64 model's map per head to rank r too. With --decode, each
 trained model below k = S also gets section 4's argmax decode of its own map (`limits.map_decode`, 32 validation inputs,
 generator seed 7): rows with measure decode_head0, decode_head1 and decode_sum (the two heads summed). With --probe,
-each such model also gets notebook 08's readout probe (`limits.readout_probe`: a logistic and a one-hidden-layer MLP
+each such model also gets notebook 08's readout probe (`readouts.readout_probe`: a logistic and a one-hidden-layer MLP
 readout of the answer slots' token weights, fitted on 512 validation inputs, scored on 64 others): rows with measure
 probe_linear, probe_mlp and probe_model (the model's own accuracy on those 64 inputs).
 Same columns as tests/limits_runs.py; the file opens with `# key: value` lines: command, machine, date, sizes, and
@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 import torch  # noqa: E402
 
 from limits_runs import append, write_header  # noqa: E402
-from minilin import limits  # noqa: E402
+from minilin import limits, readouts  # noqa: E402
 from minilin.train.compare import machine_line  # noqa: E402
 
 RANKS = (16, 32, 63)       # per-head rank cuts of the longer k = 64 model
@@ -74,7 +74,7 @@ def main(argv=None):
             rows += [{**rows[-1], "measure": f"decode_{m}", "val_acc": round(d, 4)}
                      for m, d in zip(("head0", "head1", "sum"), decoded)]
         if args.probe and c.proj_len < task.span_len:
-            probed = limits.readout_probe(h.model, task)
+            probed = readouts.readout_probe(h.model, task)
             rows += [{**rows[-1], "measure": f"probe_{m}", "val_acc": round(a, 4)} for m, a in probed.items()]
         append(args.out, rows)
         print(f"{c.name:34s} seed {seed}: acc {h.val_acc[-1]:.3f} ({time.perf_counter() - t0:.0f} s)", flush=True)

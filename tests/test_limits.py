@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from minilin import limits
+from minilin import limits, readouts
 from minilin.attention import softmax_attention
 from minilin.linformer import linformer_attention
 from minilin.lowrank import best_rank_approx
@@ -270,7 +270,7 @@ def test_answer_token_weights_are_each_heads_answer_rows_times_one_hot_tokens(mo
         P[:, 0, torch.arange(n - S, n), torch.arange(S)] = 1.0
         return P.to(q.dtype)
     monkeypatch.setattr(limits, "effective_map", copy_and_uniform)
-    X, letters = limits.answer_token_weights(model, x, S)
+    X, letters = readouts.answer_token_weights(model, x, S)
     T = model.tok_emb.num_embeddings
     assert X.shape == (3 * S, 2 * T) and torch.equal(letters, x[:, :S].reshape(-1))
     assert torch.equal(X[:, :T].argmax(-1), letters)                                         # head 0: the letter
@@ -284,9 +284,9 @@ def test_probe_readouts_a_linear_readout_misses_what_an_mlp_decodes():
         X = torch.randn(m, 2, generator=gen(seed), dtype=torch.float64)
         X = torch.cat([X, torch.ones(m, 1, dtype=X.dtype)], 1)        # a constant feature is dropped
         return X, ((X[:, 0] > 0) ^ (X[:, 1] > 0)).long() + 5        # labels need not start at 0
-    got = limits.probe_readouts(data(0), data(1), hidden=32, steps=600)
+    got = readouts.probe_readouts(data(0), data(1), hidden=32, steps=600)
     assert got["linear"] <= 0.65 and got["mlp"] >= 0.9
-    assert limits.probe_readouts(data(0), data(1), hidden=32, steps=600) == got    # seeded: the same numbers
+    assert readouts.probe_readouts(data(0), data(1), hidden=32, steps=600) == got    # seeded: the same numbers
 
 
 def test_rank_two_ways_reads_section_4_from_the_committed_runs():
