@@ -201,7 +201,7 @@ def plot_rank_two_ways(cut, trained, *, markers, chance, colour="tab:green", sup
     styles = lambda labels: [Line2D([], [], marker="o", label=label, **style(i)) for i, label in enumerate(labels)]
     seeds = [Line2D([], [], ls="", marker=m, color="gray", label=f"seed {s}") for s, m in markers.items()]
     ax_c.legend(handles=styles(cut) + seeds, fontsize=8, loc="lower right")
-    ax_k.legend(handles=styles(trained), fontsize=8, loc="lower right")
+    ax_k.legend(handles=styles(trained) + seeds, fontsize=8, loc="lower right")     # each panel reads alone
     for ax in (ax_c, ax_k):
         ax.axhline(chance, color="gray", lw=0.8, ls=":")
     ax_c.set(ylim=(0, 1.03), ylabel="copy accuracy (validation)", xticks=sorted(next(iter(cut.values())).index),

@@ -400,11 +400,10 @@ def load_copy_grid(reference=REFERENCE):
 
 
 def rank_two_ways(grid, lr=SWEEP["lr"], ks=(16, 32, 64), reference=REFERENCE):
-    """Notebook 08's section 4 from the committed runs, all from the selection start. Returns (cut, trained, curves):
+    """Notebook 08's controls appendix from the committed runs, all from the selection start. Returns (cut, trained):
     cut {steps: DataFrame (r x seed)}, a k = 64 Linformer's map cut to rank r per head; trained {steps: {k: {seed:
     accuracy}}}, Linformers trained at k; both at `lr`, for 400 steps (the grid) and for the long runs' steps
-    (limits_copy_long.csv). curves {lr: DataFrame (step, seed, val_acc)}: k = 16 during the long run, at `lr` and at
-    the rate of limits_copy_long_lr1e-2.csv."""
+    (limits_copy_long.csv)."""
     name = lambda k: f"Linformer k={k}, selection init"
     runs = read_grid("limits_copy_long.csv", reference)
     steps = int(runs.step.max())
@@ -414,10 +413,20 @@ def rank_two_ways(grid, lr=SWEEP["lr"], ks=(16, 32, 64), reference=REFERENCE):
            .pivot(index="r", columns="seed", values="val_acc")}
     trained = {400: {k: grid.seeds_at(name(k), lr=lr)[0] for k in ks},
                steps: {k: last[last.model == name(k)].set_index("seed").val_acc.to_dict() for k in ks}}
-    fast = read_grid("limits_copy_long_lr1e-2.csv", reference)
-    fast = fast[fast.measure == "val_acc"]                       # the file also holds the decode rows (--decode)
-    curves = {lr: runs[(runs.model == name(16)) & (runs.measure == "val_acc")], float(fast.lr.iloc[0]): fast}
-    return cut, trained, {r: c[["step", "seed", "val_acc"]].reset_index(drop=True) for r, c in curves.items()}
+    return cut, trained
+
+
+def long_k16(reference=REFERENCE):
+    """Notebook 08's section 5: k = 16 from the selection start, trained long (limits_copy_long.csv at SWEEP's rate,
+    limits_copy_long_lr1e-2.csv at lr 0.01). Returns (curves, decode): curves {lr: {seed: (steps, accuracies)}};
+    decode {"head0", "head1", "sum": {seed: accuracy}}, the argmax decode of each lr 0.01 model's own map."""
+    slow, fast = read_grid("limits_copy_long.csv", reference), read_grid("limits_copy_long_lr1e-2.csv", reference)
+    curves = {}
+    for g in (slow[slow.model == "Linformer k=16, selection init"], fast):
+        acc = g[g.measure == "val_acc"]
+        curves[float(g.lr.iloc[0])] = {int(s): (c.step.tolist(), c.val_acc.tolist()) for s, c in acc.groupby("seed")}
+    dec = fast[fast.measure.str.startswith("decode_")]
+    return curves, {m.removeprefix("decode_"): dict(zip(d.seed, d.val_acc)) for m, d in dec.groupby("measure")}
 
 
 def load_recall_grid(name="limits_recall_scattered.csv", reference=REFERENCE, step=None):

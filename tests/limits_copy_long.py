@@ -1,19 +1,15 @@
-"""Train notebook 08's section-4 Linformers longer; write results/reference/limits_copy_long.csv.
+"""Train notebook 08's section-2 Linformers longer; write results/reference/limits_copy_long.csv.
 
     python tests/limits_copy_long.py                         # k = 16, 32, 64, selection start, lr 3e-3, 1200 steps
     python tests/limits_copy_long.py --steps 1200 --seeds 0 1 2 --ks 16 32 64
     python tests/limits_copy_long.py --ks 16 --lr 0.01 --decode --out results/reference/limits_copy_long_lr1e-2.csv
-    python tests/limits_copy_long.py --ks 16 --lr 0.01 --probe --out results/reference/limits_copy_probe.csv
 
-Section 4 trains Linformers from the selection start at k = 16, 32, 64 for 400 steps (limits_copy_fixes.csv) and
-sets them beside the trained k = 64 model with its map cut per head to rank r. At 400 steps the k = 16 and 32 curves
+Notebook 08 trains Linformers from the selection start at k = 16, 32, 64 for 400 steps (limits_copy_fixes.csv) and
+sets them (controls appendix) beside the trained k = 64 model with its map cut per head to rank r. At 400 steps the k = 16 and 32 curves
 are still rising, so this script trains the same runs (`minilin.limits.run`, the same contenders, lr and seeds,
 only `steps` changed) for longer, and cuts the longer k = 64 model's map per head to rank r too. With --decode, each
-trained model below k = S also gets section 4's argmax decode of its own map (`limits.map_decode`, 32 validation inputs,
-generator seed 7): rows with measure decode_head0, decode_head1 and decode_sum (the two heads summed). With --probe,
-each such model also gets notebook 08's readout probe (`readouts.readout_probe`: a logistic and a one-hidden-layer MLP
-readout of the answer slots' token weights, fitted on 512 validation inputs, scored on 64 others): rows with measure
-probe_linear, probe_mlp and probe_model (the model's own accuracy on those 64 inputs).
+trained model below k = S also gets section 5's argmax decode of its own map (`limits.map_decode`, 32 validation inputs,
+generator seed 7): rows with measure decode_head0, decode_head1 and decode_sum (the two heads summed).
 Same columns as tests/limits_runs.py; the file opens with `# key: value` lines: command, machine, date, sizes, and
 each run's wall time is in `train_s`. Read with pandas.read_csv(comment="#").
 """
@@ -32,7 +28,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 import torch  # noqa: E402
 
 from limits_runs import append, write_header  # noqa: E402
-from minilin import limits, readouts  # noqa: E402
+from minilin import limits  # noqa: E402
 from minilin.train.compare import machine_line  # noqa: E402
 
 RANKS = (16, 32, 63)       # per-head rank cuts of the longer k = 64 model
@@ -46,7 +42,6 @@ def main(argv=None):
     p.add_argument("--ks", type=int, nargs="+", default=[16, 32, 64])
     p.add_argument("--lr", type=float, default=None, help="default: the sweep's rate, limits.SWEEP['lr']")
     p.add_argument("--decode", action="store_true", help="add the argmax decode of each k < S model's own map")
-    p.add_argument("--probe", action="store_true", help="add the linear and MLP readout probes of each k < S model")
     p.add_argument("--out", type=Path, default=ROOT / "results" / "reference" / "limits_copy_long.csv")
     args = p.parse_args(argv)
     torch.set_num_threads(1)
@@ -73,9 +68,6 @@ def main(argv=None):
             decoded = limits.map_decode(h.model, x, task.span_len)
             rows += [{**rows[-1], "measure": f"decode_{m}", "val_acc": round(d, 4)}
                      for m, d in zip(("head0", "head1", "sum"), decoded)]
-        if args.probe and c.proj_len < task.span_len:
-            probed = readouts.readout_probe(h.model, task)
-            rows += [{**rows[-1], "measure": f"probe_{m}", "val_acc": round(a, 4)} for m, a in probed.items()]
         append(args.out, rows)
         print(f"{c.name:34s} seed {seed}: acc {h.val_acc[-1]:.3f} ({time.perf_counter() - t0:.0f} s)", flush=True)
 

@@ -14,6 +14,10 @@
 Every run is `minilin.limits.run`, the function notebook 08 calls for its live runs. One CSV row per evaluation
 (the learning curve), and for each trained exact copy model the accuracy with its attention cut to rank r and
 with the selection oracle (softmax over the first k keys: Linformer with E = F = [I_k | 0] set by hand).
+Every model trains with AdamW, warm-up and a cosine schedule at each rate of its grid (`limits.LRS`); the `fan_in`
+Linformers' grid also trains E, F at ten times lr 0.003 (`ef_lr_scale = 10`). Where a Linformer's best point (highest
+mean final validation accuracy) sat on the edge of its grid, `copy-edges` trains one more rate beyond it
+(limits_copy_edges.csv); the exact models' grids were not extended past their edges.
 The file opens with `# key: value` lines: command, machine, date, sizes. Read with pandas.read_csv(comment="#").
 """
 from __future__ import annotations

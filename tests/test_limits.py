@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from minilin import limits, readouts
+from minilin import limits
 from minilin.attention import softmax_attention
 from minilin.linformer import linformer_attention
 from minilin.lowrank import best_rank_approx
@@ -179,7 +179,7 @@ def test_the_committed_copy_grids_best_points_are_interior_and_the_sweep_task_is
 
 
 def test_committed_long_copy_runs_cover_every_k_and_seed_and_say_how_they_were_made():
-    """limits_copy_long.csv (notebook 08, section 4): k = 16, 32, 64 from the selection start, 3 seeds, to the
+    """limits_copy_long.csv (notebook 08, section 5 and the controls appendix): k = 16, 32, 64 from the selection start, 3 seeds, to the
     steps its header states, and the k = 64 model's per-head rank cuts."""
     path = ROOT / "results" / "reference" / "limits_copy_long.csv"
     text = path.read_text()
@@ -194,7 +194,7 @@ def test_committed_long_copy_runs_cover_every_k_and_seed_and_say_how_they_were_m
 
 
 def test_committed_k16_runs_at_lr_1e2_cover_three_seeds_and_say_how_they_were_made():
-    """limits_copy_long_lr1e-2.csv (notebook 08, section 4): k = 16 from the selection start at lr 0.01, 1200 steps,
+    """limits_copy_long_lr1e-2.csv (notebook 08, section 5): k = 16 from the selection start at lr 0.01, 1200 steps,
     seeds 0, 1, 2; the notebook's headline reads it."""
     path = ROOT / "results" / "reference" / "limits_copy_long_lr1e-2.csv"
     text = path.read_text()
@@ -208,20 +208,6 @@ def test_committed_k16_runs_at_lr_1e2_cover_three_seeds_and_say_how_they_were_ma
     dec = g[g.measure.str.startswith("decode")].pivot(index="seed", columns="measure", values="val_acc")
     assert list(dec.index) == [0, 1, 2] and list(dec.columns) == ["decode_head0", "decode_head1", "decode_sum"]
     assert dec.loc[0, "decode_sum"] < float(last[last.seed == 0].val_acc.iloc[0]) - 0.3
-
-
-def test_committed_probes_of_the_k16_runs_say_how_they_were_made_and_the_mlp_decodes_more():
-    """limits_copy_probe.csv (notebook 08, section 4): the lr 0.01 runs again with --probe; per seed a linear and an
-    MLP readout of the answer slots' token weights, and the model's own accuracy on the same inputs."""
-    text = (ROOT / "results" / "reference" / "limits_copy_probe.csv").read_text()
-    assert "command: python tests/limits_copy_long.py --ks 16 --lr 0.01 --probe" in text and "machine:" in text
-    g = limits.read_grid("limits_copy_probe.csv")
-    p = g[g.measure.str.startswith("probe")].pivot(index="seed", columns="measure", values="val_acc")
-    assert list(p.index) == [0, 1, 2] and list(p.columns) == ["probe_linear", "probe_mlp", "probe_model"]
-    assert (p.probe_mlp >= p.probe_linear + 0.2).all() and ((p.probe_model - p.probe_mlp).abs() <= 0.1).all()
-    last = g[(g.measure == "val_acc") & (g.step == 1200)].set_index("seed").val_acc
-    long = limits.read_grid("limits_copy_long_lr1e-2.csv")
-    assert last.to_dict() == long[(long.measure == "val_acc") & (long.step == 1200)].set_index("seed").val_acc.to_dict()
 
 
 def test_answer_rows_first_occurrence_copies_and_int_cuts_to_rank_r():
@@ -258,45 +244,22 @@ def test_map_decode_reads_each_heads_answer_rows_by_argmax(monkeypatch):
     assert head0 == 1.0 and both == 1.0 and head1 == pytest.approx(float((x[:, :S] == 0).double().mean()))
 
 
-def test_answer_token_weights_are_each_heads_answer_rows_times_one_hot_tokens(monkeypatch):
-    """Head 0 an exact copy (all weight on the source's token), head 1 uniform over the input."""
-    cfg = limits.config(limits.sweep_contenders()[1], n=16, batch=2, steps=1, eval_every=1, lr=1e-3)
-    model, S, n = TinyLM(cfg.model), 5, 16
-    x = torch.randint(10, 14, (3, n), generator=gen(4))
-
-    def copy_and_uniform(attn, q, k):
-        P = torch.full((q.shape[0], 2, n, n), 1 / n, dtype=torch.float64)
-        P[:, 0] = 0.0
-        P[:, 0, torch.arange(n - S, n), torch.arange(S)] = 1.0
-        return P.to(q.dtype)
-    monkeypatch.setattr(limits, "effective_map", copy_and_uniform)
-    X, letters = readouts.answer_token_weights(model, x, S)
-    T = model.tok_emb.num_embeddings
-    assert X.shape == (3 * S, 2 * T) and torch.equal(letters, x[:, :S].reshape(-1))
-    assert torch.equal(X[:, :T].argmax(-1), letters)                                         # head 0: the letter
-    counts = torch.stack([torch.bincount(r, minlength=T) for r in x]).double() / n
-    assert torch.allclose(X[:, T:], counts.repeat_interleave(S, 0))                          # head 1: the histogram
-
-
-def test_probe_readouts_a_linear_readout_misses_what_an_mlp_decodes():
-    """Classes set by the sign pattern of two features (an XOR): no linear readout beats about half, an MLP does."""
-    def data(seed, m=2000):
-        X = torch.randn(m, 2, generator=gen(seed), dtype=torch.float64)
-        X = torch.cat([X, torch.ones(m, 1, dtype=X.dtype)], 1)        # a constant feature is dropped
-        return X, ((X[:, 0] > 0) ^ (X[:, 1] > 0)).long() + 5        # labels need not start at 0
-    got = readouts.probe_readouts(data(0), data(1), hidden=32, steps=600)
-    assert got["linear"] <= 0.65 and got["mlp"] >= 0.9
-    assert readouts.probe_readouts(data(0), data(1), hidden=32, steps=600) == got    # seeded: the same numbers
-
-
-def test_rank_two_ways_reads_section_4_from_the_committed_runs():
-    """Notebook 08's section 4: cuts and trained-at-k scores at 400 and 1200 steps, k = 16 curves at two rates."""
-    cut, trained, curves = limits.rank_two_ways(limits.load_copy_grid())
-    assert list(cut) == [400, 1200] and list(trained) == [400, 1200] and list(curves) == [3e-3, 1e-2]
+def test_rank_two_ways_reads_the_controls_from_the_committed_runs():
+    """Notebook 08's controls appendix: cuts and trained-at-k scores at 400 and 1200 steps."""
+    cut, trained = limits.rank_two_ways(limits.load_copy_grid())
+    assert list(cut) == [400, 1200] and list(trained) == [400, 1200]
     assert list(cut[1200].index) == [16, 32, 63] and list(cut[1200].columns) == [0, 1, 2] and 48 in cut[400].index
     assert all(sorted(trained[t][k]) == [0, 1, 2] for t in trained for k in (16, 32, 64))
     assert trained[1200][64] == {0: 1.0, 1: 1.0, 2: 1.0} and min(trained[1200][16].values()) > max(trained[400][16].values())
-    for c in curves.values():
-        assert list(c.columns) == ["step", "seed", "val_acc"] and c.step.max() == 1200 and sorted(set(c.seed)) == [0, 1, 2]
-    fast = curves[1e-2]
-    assert (fast[fast.step == 1200].val_acc >= 0.95).sum() == 1
+
+
+def test_long_k16_reads_section_5s_curves_and_decodes():
+    """Notebook 08's section 5: k = 16 curves at two rates, to step 1200, and the lr 0.01 models' own-map decodes."""
+    curves, decode = limits.long_k16()
+    assert list(curves) == [3e-3, 1e-2] and all(sorted(c) == [0, 1, 2] for c in curves.values())
+    for runs in curves.values():
+        for steps, acc in runs.values():
+            assert steps == sorted(steps) and steps[-1] == 1200 and len(acc) == len(steps)
+    assert sum(acc[-1] >= 0.95 for _, acc in curves[1e-2].values()) == 1
+    assert sorted(decode) == ["head0", "head1", "sum"] and all(sorted(d) == [0, 1, 2] for d in decode.values())
+    assert decode["sum"][0] < curves[1e-2][0][1][-1] - 0.3                 # the map's argmax decodes far less
