@@ -40,29 +40,25 @@ def efficient_attention(q, k, v, mask=None):
     raise NotImplementedError("Task 5.1")
 
 
-def causal_efficient_attention(q, k, v, bucket_size=1):
+def causal_efficient_attention(q, k, v):
     """Task 5.2: LAT's causal kernel as minilin idealises it (no clamp, any N), by prefix sums.
 
     Extends notebook 05, section 2, "The causal variant" (which runs the package), with section 1's prefix sums.
     q, k, v: (B, H, N, D), (B, H, N, D), (B, H, N, Dv)  ->  (B, H, N, Dv);  no mask; N == M.
-    Features φ_q = softmax(q) over features, φ_k = exp(k). Query i sees the keys j in `visible(i)` and
-    out_i = Σ_j (φ_q(q_i)·φ_k(k_j)) v_j / Σ_j φ_q(q_i)·φ_k(k_j)
-    bucket_size 1: visible(i) = {j <= i}. bucket_size B > 1: positions form buckets of B and query i sees only
-    keys in buckets strictly before its own: j < (i // B) * B (a query in the first bucket sees nothing: 0).
+    Features φ_q = softmax(q) over features, φ_k = exp(k). Query i sees the keys j <= i (LAT's default,
+    blindspot_size=1):
+    out_i = Σ_{j<=i} (φ_q(q_i)·φ_k(k_j)) v_j / Σ_{j<=i} φ_q(q_i)·φ_k(k_j)
     Use prefix sums (torch.cumsum), not an (N, N) matrix: the checks record every matrix product you form, and
     an (N, N) one fails. They also use two head dimensions and lengths, and probe that no output sees the future.
     Inputs are O(1) here, so exp(k) needs no stabiliser (minilin's version has one).
 
-    Hint 1 (nudge): both sums run over a *prefix* of the keys, in both modes. Which prefix does query i use when
-        bucket_size is 1, and which when it is B > 1? (Careful: bucket_size 1 is not the B > 1 rule with B = 1,
-        which would hide each query's own key.)
+    Hint 1 (nudge): the numerator and the denominator both sum over a *prefix* of the keys. What do query i's
+        two sums share with query i + 1's, and what in them belongs to query i alone?
     Hint 2 (plan): φ_q and φ_k are (B, H, N, D). Prefix sums over positions of φ_k(k_j) v_jᵀ give
-        (B, H, N, D, Dv) and of φ_k(k_j) give (B, H, N, D). For each query, the index of its last visible key
-        (-1: none) is a length-N index tensor; pick those prefix rows, contract them with φ_q over D to get a
-        numerator (B, H, N, Dv) and a denominator (B, H, N), divide, and set the queries that see nothing to 0.
-    Hint 3 (formula): with running sums S_j of φ_k(k_l) v_lᵀ and z_j of φ_k(k_l) over l ≤ j, query i reads the
-        sums at its last visible key ℓ(i): ℓ(i) = i without buckets, and the last position of the bucket before
-        its own with them (work out that index from i and B). A query with no visible key outputs 0.
+        (B, H, N, D, Dv) and of φ_k(k_j) give (B, H, N, D); at each position contract them with that query's φ_q
+        over D, to a numerator (B, H, N, Dv) and a denominator (B, H, N), and divide.
+    Hint 3 (formula): with running sums S_i of φ_k(k_j) v_jᵀ and z_i of φ_k(k_j) over j ≤ i, out_i is
+        φ_q(q_i)ᵀ S_i divided by φ_q(q_i)ᵀ z_i. Every query sees at least its own key, so no denominator is 0.
     """
     raise NotImplementedError("Task 5.2")
 
@@ -155,7 +151,8 @@ def clamp_onset(q, k, bucket_size=1):
     every key (k + s) leaves unchanged. LAT's causal_linear_attn(q, k + s, v, bucket_size=bucket_size) computes
     the same ratio but divides by max(denominator, 1e-3); read its source: which denominator does it clamp, and
     is it the one you wrote in Task 5.2?
-    q, k: (B, H, N, D) float64, bucket_size: 1, or B > 1 dividing N with N >= 2·B (Task 5.2's buckets)
+    q, k: (B, H, N, D) float64, bucket_size: 1, or B > 1 dividing N with N >= 2·B: LAT's buckets (notebook 05,
+    Appendix A), in which query i sees only the keys j < (i // B) * B, and a query in the first bucket none
     ->  a Python float s*: for every s > s* LAT's output equals the idealised kernel's (up to overflow of e^{k+s}),
     for every s < s* some output departs from it. s* depends on the inputs; it may be positive (the clamp already
     acts at s = 0).
@@ -169,8 +166,9 @@ def clamp_onset(q, k, bucket_size=1):
     Hint 1 (nudge): a shift s multiplies every e^{k_j}, and so every query's numerator and denominator, by the
         same factor. The ratio does not see it; what does the clamp see? Look for a factor LAT applies to the
         queries that cancels in the ratio but not in the comparison with 1e-3.
-    Hint 2 (plan): form each query's denominator as in Task 5.2, without LAT's factor: (B, H, N) prefix sums of
-        exp(k) contracted with softmax(q) over D, keeping only the queries that see a key; take the smallest over
+    Hint 2 (plan): form each query's denominator as in Task 5.2, without LAT's factor: prefix sums of exp(k),
+        read at the query's last visible key, contracted with softmax(q) over D, keeping only the queries that
+        see a key; this gives (B, H, N) or fewer positions; take the smallest over
         batch, heads and positions; write the clamp's condition for that query at shift s, with LAT's factor,
         and solve it for s with a logarithm.
     Hint 3 (formula): the output first departs at the shift where the smallest denominator LAT clamps, times e

@@ -215,7 +215,7 @@ def plot_rank_two_ways(cut, trained, *, markers, chance, colour="tab:green", sup
 
 def plot_error_vs_shift(shifts, errors, *, ceiling=30.0, floor=1e-17, nudge=0.2, title=None):
     """Notebook 05's pitfall 2: each implementation's max |difference from the exact answer| against a shift added
-    to every key, on a log axis, one panel per precision (float64 | float16, one shared y axis); returns the Figure.
+    to every key, on a log axis, one panel per precision (e.g. float64 | float16, one shared y axis); returns the Figure.
 
     shifts: the x values; errors: {(name, precision): one error per shift}; one colour, marker and line width per
     name (the first widest: coinciding lines stay visible), the same in both panels. A NaN or inf error is drawn
@@ -229,7 +229,8 @@ def plot_error_vs_shift(shifts, errors, *, ceiling=30.0, floor=1e-17, nudge=0.2,
     precisions = list(dict.fromkeys(precision for _, precision in errors))
     colours = dict(zip(names, plt.rcParams["axes.prop_cycle"].by_key()["color"]))
     nan_markers = dict(zip(names, "x+*1P"))
-    fig, axes = plt.subplots(1, len(precisions), figsize=(12, 4.4), sharey=True, layout="constrained", squeeze=False)
+    width = 12 if len(precisions) > 1 else 8.5  # one panel: narrower, the legend still beside it
+    fig, axes = plt.subplots(1, len(precisions), figsize=(width, 4.4), sharey=True, layout="constrained", squeeze=False)
     handles = {}
     for ax, precision in zip(axes[0], precisions):
         for (name, p), values in errors.items():

@@ -55,14 +55,24 @@ def efficient_attention(q, k, v, mask=None):  # exp(k) with no max subtracted: o
     return torch.softmax(q, dim=-1) @ (rho_k.transpose(-2, -1) @ v)
 """),
     "5.2-quadratic": ("5.2", "causal_efficient_attention", """import torch
-def causal_efficient_attention(q, k, v, bucket_size=1):  # the masked (N, N) form
-    n = q.shape[2]
-    i = torch.arange(n)
-    last = i if bucket_size == 1 else (i // bucket_size) * bucket_size - 1
-    a = torch.softmax(q, -1) @ torch.exp(k).transpose(-2, -1)
-    a = a * (torch.arange(n)[None, :] <= last[:, None])
-    den = a.sum(-1, keepdim=True)
-    return torch.where(den > 0, a @ v / torch.where(den > 0, den, torch.ones_like(den)), torch.zeros_like(den))
+def causal_efficient_attention(q, k, v):  # the masked (N, N) form
+    a = (torch.softmax(q, -1) @ torch.exp(k).transpose(-2, -1)).tril()
+    return a @ v / a.sum(-1, keepdim=True)
+"""),
+    "5.2-total-sums": ("5.2", "causal_efficient_attention", """import torch
+def causal_efficient_attention(q, k, v):  # linear cost, but the sums run over every key: the future leaks
+    phi_q, phi_k = torch.softmax(q, -1), torch.exp(k)
+    num = phi_q @ (phi_k.transpose(-2, -1) @ v)
+    return num / (phi_q * phi_k.sum(-2, keepdim=True)).sum(-1, keepdim=True)
+"""),
+    "5.2-blind-spot-of-one": ("5.2", "causal_efficient_attention", """import torch
+def causal_efficient_attention(q, k, v):  # the bucket rule with B = 1: each query misses its own key
+    phi_q, phi_k = torch.softmax(q, -1), torch.exp(k)
+    kv = torch.einsum("bhnd,bhne->bhnde", phi_k, v).cumsum(2) - torch.einsum("bhnd,bhne->bhnde", phi_k, v)
+    ks = phi_k.cumsum(2) - phi_k
+    den = torch.einsum("bhnd,bhnd->bhn", phi_q, ks)[..., None]
+    num = torch.einsum("bhnd,bhnde->bhne", phi_q, kv)
+    return torch.where(den > 0, num / torch.where(den > 0, den, torch.ones_like(den)), torch.zeros_like(num))
 """),
     "5.3-fixed-root": ("5.3", "transplant_into_lat", """import torch
 def transplant_into_lat(ours, lat):  # √8: right only for the notebook's head dimension
@@ -308,20 +318,17 @@ def efficient_attention(q, k, v, mask=None):
     context = (rho_k[..., :, :, None] * v[..., :, None, :]).sum(-3)  # outer products, summed over positions
     return torch.einsum("bhnd,bhde->bhne", torch.softmax(q, dim=-1), context)
 """),
-    # a prefix state per position: an (N, D, Dv) tensor
-    "5.2-prefix-state-per-position": ("5.2", "causal_efficient_attention", """import torch
-def causal_efficient_attention(q, k, v, bucket_size=1):
-    N = q.shape[2]
+    # a running state updated one position at a time (a Python loop, no prefix-sum tensor)
+    "5.2-running-state-loop": ("5.2", "causal_efficient_attention", """import torch
+def causal_efficient_attention(q, k, v):
     phi_q, phi_k = torch.softmax(q, dim=-1), torch.exp(k)
-    kv = torch.einsum("bhnd,bhne->bhnde", phi_k, v).cumsum(dim=2)
-    ks = phi_k.cumsum(dim=2)
-    i = torch.arange(N)
-    last = i if bucket_size == 1 else (i // bucket_size) * bucket_size - 1
-    idx = last.clamp(min=0)
-    num = torch.einsum("bhnd,bhnde->bhne", phi_q, kv[:, :, idx])
-    den = torch.einsum("bhnd,bhnd->bhn", phi_q, ks[:, :, idx])
-    out = num / den.unsqueeze(-1)
-    return torch.where((last >= 0)[:, None], out, torch.zeros_like(out))
+    state, norm, outs = 0, 0, []
+    for i in range(q.shape[2]):  # a running state, one position at a time
+        state = state + torch.einsum("bhd,bhe->bhde", phi_k[:, :, i], v[:, :, i])
+        norm = norm + phi_k[:, :, i]
+        num = torch.einsum("bhd,bhde->bhe", phi_q[:, :, i], state)
+        outs.append(num / (phi_q[:, :, i] * norm).sum(-1, keepdim=True))
+    return torch.stack(outs, dim=2)
 """),
 }
 
