@@ -4,8 +4,8 @@ Implement each function, then grade yourself:  python -m minilin grade --chapter
 Shapes: q (B, H, N, D), k (B, H, M, D), v (B, H, M, Dv); a projection is an (m, D) matrix whose rows are the
 random directions w_i. Do not call minilin.performer here.
 Reference: "Rethinking Attention with Performers", Choromanski et al. 2020, arXiv 2009.14794.
-Required: Tasks 4.1, 4.4 and 4.5. Optional: 4.2 and 4.3 (section 3's projection and section 5's stable FAVOR+,
-without the package), 4.6, and 4.7 (predict, then measure, Theorem 2's gain for Task 4.1's features).
+Required: Tasks 4.1 and 4.5. Optional: 4.2 and 4.3 (section 3's projection and section 5's stable FAVOR+,
+without the package), 4.4, 4.6, and 4.7 (predict, then measure, Theorem 2's gain for Task 4.1's features).
 """
 import torch
 
@@ -77,7 +77,7 @@ def favor_noncausal(q, k, v, projection):
 
 
 def sliding_window_linear_attention(phi_q, phi_k, v, window):
-    """Task 4.4: linear attention over a sliding window of keys, by prefix sums.
+    """Task 4.4 (optional): linear attention over a sliding window of keys, by prefix sums.
 
     Builds on notebook 04, section 6, where query i sees every key j <= i.
     phi_q: (B, H, N, m), phi_k: (B, H, N, m), v: (B, H, N, Dv), window >= 1  ->  (B, H, N, Dv)
@@ -99,8 +99,8 @@ def favor_causal(q, k, v, projection):
     """Task 4.5: causal FAVOR+ that is stable in float32 and whose stabiliser never reads ahead.
 
     Extends notebook 04, sections 5 and 6: section 5 stabilises the non-causal form with maxima over all keys,
-    which lets the future in; section 6 builds the causal prefix sums unstabilised and states the idea of a
-    running maximum. Here you build the whole causal estimator, stable in float32, with a stabiliser that uses only
+    which lets the future in; section 6 builds the causal prefix sums unstabilised and points to a running
+    maximum. Here you build the whole causal estimator, stable in float32, with a stabiliser that uses only
     the keys so far.
     q, k: (B, H, N, D), v: (B, H, N, Dv), projection: (m, D)  ->  (B, H, N, Dv), with x' = x·D^(-1/4).
     The grader checks, on fresh inputs, agreement in float64 with the unstabilised causal estimate
@@ -113,10 +113,10 @@ def favor_causal(q, k, v, projection):
     Hint 2 (plan): exponents as in Task 4.3; each query row shifted by its own maximum; for the keys, one
         running number r_j, the largest exponent of the keys up to j; a prefix state and normaliser carried
         from position to position (section 6), always held on the scale of the current r.
-    Hint 3 (formula): keep the state divided by the exponential of the current running number. When that number
-        grows, the state carried so far, put on the new scale, is multiplied by the exponential of the old number
-        minus the new one, at most 1; each new key enters divided by the exponential of the number at its own
-        position. Check your first version against the unstabilised float64 formula on small inputs.
+    Hint 3 (formula): the invariant after key j is S_j = Σ_{i≤j} e^{a_i − r_j} [v_i | 1]ᵀ, a_i being key i's feature
+        exponents: every key in it is on the scale of the current r_j, each e^{a_i − r_j} at most 1, so the
+        normaliser's entries stay at most j + 1. Going from r_{j−1} to r_j rescales the old state by
+        e^{r_{j−1} − r_j} ≤ 1.
     """
     raise NotImplementedError("Task 4.5")
 
