@@ -99,9 +99,11 @@ def repeated_write_error(initial_state, k, v, beta, log_alpha, t):
     Hint 2 (plan): with c = |k|², express the readout after one write through the readout before it: it is a
         number times the old readout plus a fixed vector. Turn that into a step for the error, unroll t steps
         into one power and one geometric sum, and look at the case where the number is exactly 1.
-    Hint 3 (formula): in words, each write multiplies the error by α times (1 − β|k|²) and then adds the same
-        vector, (1 − α)(1 − β|k|²) v. Check the two ends you know: α = 1 gives the notebook's error, multiplied
-        by (1 − β|k|²) per write, and β|k|² = 1 clears the error in one write whatever α is.
+    Hint 3 (formula): in words, track the error e_t = v − S_tᵀk: one write takes it to a number ρ times e_t
+        plus a vector that is the same at every write. When |ρ| < 1 the error settles where a write leaves it
+        unchanged (e = ρ e + that vector); e_t is that settled error plus ρ^t times how far e_0 starts from it.
+        Check the two ends you know: α = 1 gives the notebook's error, and β|k|² = 1 clears the error in one
+        write whatever α is.
     """
     raise NotImplementedError("Task 9.3")
 
@@ -125,7 +127,8 @@ def memory_crossover(layers, exact_layers, heads, dim_head, dim_k, dim_v, kv_ite
         models share?
     Hint 2 (plan): the shared exact layers cancel, and so does the number of recurrent layers and of heads:
         compare one recurrent layer's one head with the KV cache that head would keep in exact attention. Then
-        find the first whole n that is strictly past the point where the two are equal.
+        find the first whole n that is strictly past the point where the two are equal. (For notebook 09's
+        Appendix A, whose two layers have different head counts, fold the head counts into the sizes first.)
     Hint 3 (formula): per recurrent layer and head, write the exact model's extra bytes at context n as
         (what a cache of n tokens takes) minus (what the state takes). Solve for the n at which they are
         equal; the answer is the first whole n strictly beyond it, which is not the same as rounding up when
