@@ -15,12 +15,12 @@ def exact_saved_bytes(B, H, N, M, D, Dv, itemsize):
     """Task 6.1 (warm-up): the bytes autograd keeps for the backward pass of exact attention, softmax(q kᵀ / √D) v.
 
     q: (B, H, N, D), k: (B, H, M, D), v: (B, H, M, Dv), no mask, not causal  ->  an int (bytes).
-    Notebook 06 (section 2, Appendix B) listed what exact attention saves for N = M and D = Dv in float32; here
+    Notebook 06 (section 2) listed what exact attention saves for N = M and D = Dv in float32; here
     queries and keys may differ in number, values in width, and the dtype in size. Storages are counted once each.
 
     Hint 1 (nudge): list what each of the two products and the softmax needs to compute its gradient, and count
         each tensor once even if two operations keep it.
-    Hint 2 (plan): reread the listing of Appendix B: which saved tensor's shape involves the number of queries
+    Hint 2 (plan): reread section 2's listing: which saved tensor's shape involves the number of queries
         and the number of keys together, and which are the inputs? Rewrite each listed shape with N, M, D and Dv.
     Hint 3 (formula): in words, count the entries of each distinct saved tensor, add them, and turn entries into
         bytes.

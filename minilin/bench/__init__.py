@@ -20,6 +20,7 @@ from minilin.bench.meters import (
     flop_counter,
     measured_saved_bytes,
     model_case,
+    saved_storages,
     saved_tensor_bytes,
 )
 from minilin.bench.methods import (DEFAULT_METHODS, DTYPES, Tensors, attention_fn, attention_function, get_method,

@@ -1,6 +1,7 @@
 """The benchmark's meters: bytes saved for backward, live bytes, FLOPs, and timers.
 
-    saved_tensor_bytes  what autograd keeps for backward (`saved_tensors_hooks`), each storage counted once
+    saved_storages      what autograd keeps for backward (`saved_tensors_hooks`), each storage once: shapes, bytes
+    saved_tensor_bytes  their bytes added up
     LiveBytes           a TorchDispatchMode adding each new storage and subtracting it when freed: the peak
     Traffic             a TorchDispatchMode adding the bytes each operator reads and writes: eager HBM traffic
     allocator_peak      the CPU allocator's own peak during a call (torch.profiler), kernel workspaces included
@@ -28,20 +29,20 @@ def _storage_key(t):
     return t.untyped_storage()._cdata  # the C++ StorageImpl: views of one buffer share it
 
 
-def saved_tensor_bytes(fn, *inputs):
-    """(bytes autograd saves for backward while running fn(*inputs), fn's output); each storage counted once.
+def saved_storages(fn, *inputs):
+    """({storage key: (shape, bytes)} of what autograd saves for backward while running fn(*inputs), fn's output).
 
-    A saved view of a larger buffer keeps all of it alive, so whole storages are counted. Works on "meta".
-    Only storages still alive when fn returns are counted: a tensor saved by a side computation whose graph
-    is dropped (a check, a statistic) is freed with it, and its address may be reused by the next storage.
+    Each storage is listed once (views of one buffer share it) and whole: a saved view keeps all of it alive.
+    Works on "meta". Only storages still alive when fn returns are listed: a tensor saved by a side computation
+    whose graph is dropped (a check, a statistic) is freed with it, and its address may be reused by the next storage.
     """
-    storages = {}
+    kept = {}
 
     def pack(t):
         storage, key = t.untyped_storage(), _storage_key(t)
-        if key not in storages:
-            storages[key] = storage.nbytes()
-            weakref.finalize(storage, storages.pop, key, None)  # freed: forget it before its address is reused
+        if key not in kept:
+            kept[key] = (tuple(t.shape), storage.nbytes())
+            weakref.finalize(storage, kept.pop, key, None)  # freed: forget it before its address is reused
         # a detached alias, not t itself: a saved *output* would otherwise hold its own grad_fn, a reference cycle
         # that keeps a dropped side computation alive until the garbage collector runs (autograd itself saves
         # outputs without that cycle)
@@ -49,7 +50,13 @@ def saved_tensor_bytes(fn, *inputs):
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         out = fn(*inputs)
-    return sum(storages.values()), out
+    return kept, out
+
+
+def saved_tensor_bytes(fn, *inputs):
+    """(bytes autograd saves for backward while running fn(*inputs), fn's output): `saved_storages`, added up."""
+    kept, out = saved_storages(fn, *inputs)
+    return sum(nbytes for _, nbytes in kept.values()), out
 
 
 def _tensors(values):
