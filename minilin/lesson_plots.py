@@ -205,9 +205,10 @@ def plot_rank_two_ways(cut, trained, *, markers, chance, colour="tab:green", sup
     for ax in (ax_c, ax_k):
         ax.axhline(chance, color="gray", lw=0.8, ls=":")
     ax_c.set(ylim=(0, 1.03), ylabel="copy accuracy (validation)", xticks=sorted(next(iter(cut.values())).index),
-             xlabel="rank r per head (both heads: up to 2r)", title="a copying map cut to its best rank r per head")
-    ax_k.set(xlabel="k (one E, F shared by both heads: rank k per layer)", xticks=sorted(next(iter(trained.values()))),
-             title="a model trained at k")
+             xlabel="r: rank kept per head, cut after training (two heads: up to 2r)",
+             title="cut: a copying map truncated to rank r per head")
+    ax_k.set(xlabel="k: rows of the one E, F both heads share (rank k per layer)",
+             xticks=sorted(next(iter(trained.values()))), title="trained: a model with E, F of k rows")
     if suptitle:
         fig.suptitle(suptitle)
     return fig
