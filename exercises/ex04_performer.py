@@ -19,7 +19,7 @@ def hyperbolic_random_features(x, projection):
     −w has the same distribution as w. Derive a map of 2m positive features, the same map for x and y, with
     E[φ(x)·φ(y)] = exp(xᵀy): m features from the rows w_i (in W's order) first, then m from −w_i. Then derive the
     variance of φ(x)·φ(y) and compare it with Lemma 2's for φ+ with the same m directions. The grader checks, on
-    fresh draws, the values, that φ(x)·φ(y) is unbiased, and the variance you should derive (always less than half
+    fresh draws, the values, that φ(x)·φ(y) is unbiased, and the variance of your features (always less than half
     of φ+'s).
 
     Hint 1 (nudge): the estimate φ+ builds from w is just as unbiased when built from −w. What does the average of
@@ -110,8 +110,9 @@ def favor_causal(q, k, v, projection):
     Hint 1 (nudge): any positive factor that multiplies all the terms of query i's numerator and normaliser
         alike cancels. Which such factors may depend on key j, and on which keys may they depend, so that the
         output at i never depends on a key after i?
-    Hint 2 (plan): exponents as in Task 4.3; each query row shifted by its own maximum; for the keys, one
-        running number r_j, the largest exponent of the keys up to j; a prefix state and normaliser carried
+    Hint 2 (plan): the feature exponents wᵢᵀx' − |x'|²/2 (before exp), (B, H, N, m) for queries and for keys;
+        each query row minus its own largest exponent; for the keys, one running number r_j, the largest
+        exponent of the keys up to j, subtracted from key j's exponents; a prefix state and normaliser carried
         from position to position (section 6), always held on the scale of the current r.
     Hint 3 (formula): the invariant after key j is S_j = Σ_{i≤j} e^{a_i − r_j} [v_i | 1]ᵀ, a_i being key i's feature
         exponents: every key in it is on the scale of the current r_j, each e^{a_i − r_j} at most 1, so the
