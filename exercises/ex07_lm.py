@@ -194,9 +194,10 @@ def efficient_decode_step(q_t, k_t, v_t, state=None):
     """Task 7.8 (use the idea on a new case): one decoding step of causal efficient attention with a state of
     constant size.
 
-    Extends notebook 07, section 7 ("Swap the attention": decoding at constant memory), to the causal
+    Extends notebook 07, section 7 ("Swap the attention": a decoding state of constant size), to the causal
     kernel of linear-attention-transformer (notebook 05, section 2, "The causal variant"): φ_q = softmax of q
-    over its features, φ_k = exp(k), out_t = Σ_{j ≤ t} (φ_q(q_t)·φ_k(k_j)) v_j / Σ_{j ≤ t} φ_q(q_t)·φ_k(k_j).
+    over its features, φ_k = exp(k), out_t = Σ_{j ≤ t} (φ_q(q_t)·φ_k(k_j)) v_j / Σ_{j ≤ t} φ_q(q_t)·φ_k(k_j):
+    the plain per-token variant (the library's default, bucket_size 64, hides a query's own bucket of keys).
     q_t, k_t: (B, H, D), v_t: (B, H, Dv): the new token's query, key and value.
     state: None before the first token, else (S, z) with S = Σ_{j < t} φ_k(k_j) v_jᵀ (B, H, D, Dv) and
     z = Σ_{j < t} φ_k(k_j) (B, H, D).  Returns (out_t (B, H, Dv), (S', z')), the state now including token t.
