@@ -2,7 +2,8 @@
 
 Implement each function, then grade yourself:  python -m minilin grade --chapter 6
 Tasks 6.1-6.3 and 6.5 are formulas (6.2 and 6.5 optional): each returns a number computed from sizes alone, and the grader
-compares it with what minilin.bench's meters count when minilin's own code runs on meta tensors (notebook 06, section 4).
+compares it with what minilin.bench's meters count when minilin's own code runs on meta tensors (notebook 06, section 4;
+for 6.5, FlopCounterMode's count of a blocked causal loop).
 Task 6.4 computes attention's gradients itself (torch only). Sizes: batch B, heads H, N queries, M (or n) keys and values, head
 dimension D, value dimension Dv, `itemsize` bytes per number (8 for float64, 4 for float32, 2 for bfloat16).
 Do not call minilin here.
@@ -99,7 +100,7 @@ def causal_block_work(n, q_block, kv_block):
     ones may be shorter) and computes a whole (query block, key block) tile whenever at least one of its keys is
     visible to one of its queries (key index <= query index), masking inside it; tiles wholly above the diagonal are
     skipped.  ->  a float: the number of score entries it computes divided by n².
-    Notebook 06 (section 5, Appendix C) measured SDPA's causal CPU kernel, which cuts the keys into blocks of 512;
+    Notebook 06 predicted (section 3) and measured (Appendix C) SDPA's causal CPU kernel, which cuts keys into blocks of 512;
     here both block sizes are yours. Before you code it, predict on paper the share for n = 1024 with tiles of 256 x 512 and
     for tiles of 512 x 256, then let the grader measure: it runs such a blocked loop on meta tensors under
     FlopCounterMode and divides by the count of the full product.
