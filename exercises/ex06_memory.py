@@ -100,7 +100,7 @@ def causal_block_work(n, q_block, kv_block):
     ones may be shorter) and computes a whole (query block, key block) tile whenever at least one of its keys is
     visible to one of its queries (key index <= query index), masking inside it; tiles wholly above the diagonal are
     skipped.  ->  a float: the number of score entries it computes divided by n².
-    Notebook 06 predicted (section 3) and measured (Appendix C) SDPA's causal CPU kernel, which cuts keys into blocks of 512;
+    Notebook 06 predicted and measured (Appendix C) SDPA's causal CPU kernel, which cuts keys into blocks of 512;
     here both block sizes are yours. Before you code it, predict on paper the share for n = 1024 with tiles of 256 x 512 and
     for tiles of 512 x 256, then let the grader measure: it runs such a blocked loop on meta tensors under
     FlopCounterMode and divides by the count of the full product.

@@ -12,14 +12,14 @@ def plot_timing_rounds(samples, noncausal, causal, *, rounds, suptitle, base=Non
     samples: {(method, n): seconds per call, one value per round}; noncausal, causal: method names (either may be
     empty: its panels are left out); base: the baseline of the ratio panel (default: the first of `causal`; None
     with no causal methods: no ratio panel). Panels: forward time per call of the non-causal and of the causal
-    methods (median of the rounds, band: 25th-75th percentile within this one run), then each other method of base's group as a paired
-    ratio, baseline time / method time in the same round (median, bar: 25th-75th percentile; above 1: faster).
+    methods (median of the rounds, band: min-max over the rounds of this one run), then each other method of base's group as a
+    paired ratio, baseline time / method time in the same round (median, bar: min-max over the rounds; above 1: faster).
     """
     import matplotlib.ticker
     import numpy as np
 
-    def spread(values):  # (25th percentile, median, 75th) of per-round values
-        return tuple(float(x) for x in np.percentile(values, [25, 50, 75]))
+    def spread(values):  # (lowest, median, highest) of per-round values: every round inside the band
+        return tuple(float(x) for x in np.percentile(values, [0, 50, 100]))
 
     plain = matplotlib.ticker.FuncFormatter(lambda x, _: f"{x:g}")
     groups = [(names, kind) for names, kind in ((noncausal, "non-causal"), (causal, "causal")) if names]
@@ -36,7 +36,7 @@ def plot_timing_rounds(samples, noncausal, causal, *, rounds, suptitle, base=Non
                     markersize=max(10.0 - 1.2 * i, 4.0), **styles[name])
             ax.fill_between(ns, lo * 1e3, hi * 1e3, color=styles[name]["color"], alpha=0.25, lw=0)
         ax.set(xscale="log", yscale="log", xlabel="sequence length n", ylabel="forward time per call (ms)",
-               title=f"{kind}: median of {rounds} rounds,\nband: 25th-75th pct within one run")
+               title=f"{kind}: median of {rounds} rounds,\nband: min-max over rounds, one run")
         ax.set_xscale("log", base=2)
         ax.xaxis.set_major_formatter(plain)
         ax.legend(fontsize=8, loc="upper left")
@@ -57,7 +57,7 @@ def plot_timing_rounds(samples, noncausal, causal, *, rounds, suptitle, base=Non
         ax.errorbar(lengths, med, yerr=[med - lo, hi - med], label=name, capsize=3, linewidth=2, **styles[name])
     ax.axhline(1, color="0.3", linestyle="--", linewidth=1)
     ax.set(xscale="log", yscale="log", xlabel="sequence length n", ylabel=f"{base} time / method time",
-           title="paired ratio (above 1: faster), median;\nbar: 25th-75th pct within one run")
+           title="paired ratio (above 1: faster), median;\nbar: min-max over rounds, one run")
     ax.set_xscale("log", base=2)
     ax.set_ylim(bottom=2 ** np.floor(np.log2(lowest)))  # a power of 2 below the lowest ratio
     ax.xaxis.set_major_formatter(plain)
