@@ -250,15 +250,17 @@ def shifted_linear_mix(q, k, v, mu):
     first mixed with the previous position's (token shift, as in RWKV).
 
     Tests one explanation of the swap's cost at notebook 07's 400 steps: the linear model grew no layer-0
-    previous-byte head, and the one-layer fixed read (byte t-1, the first appendix) beat it on every stored seed
-    (by 1,600 steps linear attention is below that read). With mu < 1, token shift puts the previous byte's key
-    and value into every position's own slot, so no head has to find it.
+    previous-byte head (section 7's hypothesis why: its weights are ratios of dot products of non-negative features,
+    with no exponential to sharpen a small positional preference into a large one), and the one-layer fixed read
+    (byte t-1, the first appendix) beat it on every stored seed (by 1,600 steps linear attention is below that
+    read). With mu < 1, token shift puts the previous byte's key and value into every position's own slot, so no
+    head has to find it.
     The grader checks only this mixing step; the task's point, your prediction and your measurement below, is yours
     to check: no grader can.
     q, k, v: (B, H, N, D); mu: a float in [0, 1], or a (H,) tensor, one per head  ->  (B, H, N, D).
     k'_t = mu·k_t + (1 - mu)·k_{t-1} and v'_t = mu·v_t + (1 - mu)·v_{t-1}, with k_{-1} = v_{-1} = 0; then
     out_i = Σ_{j ≤ i} (φ(q_i)·φ(k'_j)) v'_j / Σ_{j ≤ i} φ(q_i)·φ(k'_j) with φ(x) = elu(x) + 1 and no 1/√D
-    (notebook 07, section 3's formula; arXiv 2006.16236, section 3.2). mu = 1 is plain linear attention. Do not
+    (notebook 07, section 3's formula; arXiv 2006.16236, section 3.3). mu = 1 is plain linear attention. Do not
     call minilin here. The checks compare with minilin's elu+1 linear attention on shifted keys and values in
     float64, on two shapes with a scalar and a per-head mu, at mu = 1 and mu = 0, and change the key and value at
     one position: no earlier output may move, and that position must be read.
