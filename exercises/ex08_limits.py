@@ -22,7 +22,7 @@ def convex_copy_map(sources, k):
     the largest total weight in row j of A F. It also builds section 4's block averaging in this form (k groups of
     neighbouring slots, each reading the average of its group's sources) and decodes it on the same letters. Your
     map passes when it keeps at least 0.1 more of the letters than block averaging (at S = 63, k = 16: about
-    0.34). Section 4's random map keeps 0.66 there, but its weights take both signs: it is not of this form.
+    0.34). Section 4's random map keeps 0.66 there, but its A would need negative weights: it is not of this form.
 
     Hint 1 (nudge): the decode takes an argmax in each row, so multiplying a row by a positive number changes
         nothing. How close to the random map can you get if its rows may come back each scaled by its own factor?
