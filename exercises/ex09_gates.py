@@ -46,7 +46,8 @@ def chunked_gated_delta(q, k, v, beta, log_alpha, chunk_size, initial_state=None
 
 
 def chunked_gla(q, k, v, log_gate, chunk_size, initial_state=None):
-    """Task 9.2: gated linear attention (GLA, arXiv 2312.06635, eq. 3) in chunks, with a gate per key feature.
+    """Task 9.2 (optional, a challenge): gated linear attention (GLA, arXiv 2312.06635, eq. 3) in chunks, with a
+    gate per key feature.
 
     q, k: (B, H, N, Dk), v: (B, H, N, Dv), log_gate: (B, H, N, Dk) <= 0, chunk_size: a positive int (it need not
     divide N, and may exceed it), initial_state: (B, H, Dk, Dv) or None (zeros)
