@@ -81,9 +81,9 @@ def transplant_into_lat(ours, lat):
         to_out is ours times a constant c, how can to_out undo that constant? Does to_out's bias see it?
     Hint 2 (plan): without recording gradients, copy what needs no change as it is, and give one layer (to_out
         is one way) a weight that undoes c; then test at both head sizes, with and without a mask.
-    Hint 3 (formula): with the four layers copied as they are, lat(x) − b = c·(ours(x) − b), b the shared to_out
-        bias: which of to_out's two tensors must change, and how, for the right side to lose its c? c is not a
-        fitted number: find the line of LAT's `linear_attn` that brings it in and write c in the layer's sizes.
+    Hint 3 (formula): a constant factor on the attention output can move through any linear map after it into
+        that map's weight matrix, but not into a bias added after the product, without changing the output. c is not
+        a fitted number: find the line of LAT's `linear_attn` that brings it in and write c in the layer's sizes.
     """
     raise NotImplementedError("Task 5.3")
 

@@ -8,6 +8,7 @@ from minilin.efficient import (
     EfficientSelfAttention,
     efficient_attention,
     efficient_attention_loops,
+    fit_previous_token,
     key_softmax,
     visible_counts,
 )
@@ -221,3 +222,13 @@ def test_errors_name_the_fix():
         efficient_attention(q, k, v, mask=torch.ones(2, 6))
     with pytest.raises(ValueError, match="bucket_size must be None or a positive int"):
         EfficientSelfAttention(8, heads=2, bucket_size=-1)
+
+
+def test_fit_previous_token_reaches_the_bound():
+    # the mean weight on the previous token is at most D/(N-1) for any Q, K; training gets within 1% of it
+    N, D = 24, 8
+    eye = torch.eye(N, dtype=torch.float64)[None, None]
+    prev = lambda q, k: efficient_attention(q, k, eye)[0, 0].diagonal(-1).mean().item()
+    trained, untrained = prev(*fit_previous_token(N, D, seed=0)), prev(*qkv(B=1, H=1, N=N, D=D, seed=0)[:2])
+    assert 0.99 * D / (N - 1) < trained <= D / (N - 1) + 1e-12
+    assert untrained < 0.5 * D / (N - 1)  # the untrained Q, K are far from it
