@@ -11,26 +11,40 @@ import torch
 
 
 def hyperbolic_random_features(x, projection):
-    """Task 4.1: the paper's positive *hyperbolic* random features (arXiv 2009.14794, section 2.3).
+    """Task 4.1, part 1: the paper's positive *hyperbolic* random features (arXiv 2009.14794, section 2.3).
 
     Builds on notebook 04, sections 1.1 and 2.
     x: (..., N, D), projection W: (m, D) with rows w_i ~ N(0, I_D)  ->  (..., N, 2m); no D^(-1/4) scaling, no
     stabilisation. You have the Gaussian moment E_w[exp(wᵀs)] = exp(|s|²/2) for w ~ N(0, I_D), and the fact that
     −w has the same distribution as w. Derive a map of 2m positive features, the same map for x and y, with
-    E[φ(x)·φ(y)] = exp(xᵀy): m features from the rows w_i (in W's order) first, then m from −w_i. Then derive the
-    variance of φ(x)·φ(y) and compare it with Lemma 2's for φ+ with the same m directions. The grader checks, on
-    fresh draws, the values, that φ(x)·φ(y) is unbiased, and the variance of your features (always less than half
-    of φ+'s).
+    E[φ(x)·φ(y)] = exp(xᵀy): m features from the rows w_i (in W's order) first, then m from −w_i. Part 2,
+    `hyperbolic_variance`, is the derivation: the task passes only with both. The grader checks, on fresh draws,
+    the values, that φ(x)·φ(y) is unbiased, its sampled variance, and part 2 against the exact variance.
 
     Hint 1 (nudge): the estimate φ+ builds from w is just as unbiased when built from −w. What does the average of
         the two estimates become, and why can averaging two correlated estimates help?
     Hint 2 (plan): write that average as one dot product of 2m features: each feature of φ+ splits into a "w" and
-        a "−w" part, so the constant in front changes; one matrix product gives every wᵢᵀx, shape (..., N, m),
-        the two halves come from it, joined along the last dimension.
+        a "−w" part, so the constant in front changes; one matrix product gives every wᵢᵀx, shape (..., N, m).
     Hint 3 (formula): per direction, the two parts together give e^(−(|x|²+|y|²)/2) times the hyperbolic cosine of
-        wᵢᵀ(x + y), and the estimate is the mean of these over the m directions. The expected hyperbolic cosine is
-        the Gaussian moment e^(|s|²/2); its expected square is the mean of e^(2|s|²) and 1. Work out the variance
-        from these before you run the grader.
+        wᵢᵀ(x + y), and the estimate is the mean of these over the m directions.
+    """
+    raise NotImplementedError("Task 4.1")
+
+
+def hyperbolic_variance(x, y, nb_features):
+    """Task 4.1, part 2: the variance of φ(x)·φ(y) for your features of part 1, derived on paper.
+
+    x, y: (..., D) float64, nb_features: m iid Gaussian directions  ->  (...,): for each pair, the exact variance
+    of the m-direction estimate of exp(xᵀy), a closed form in x·y, |x + y|² and m (no sampling). The grader
+    compares it with the exact variance on fresh pairs of several norms.
+
+    Hint 1 (nudge): the m directions are independent, so how does the variance of the mean relate to the
+        variance of one direction's term?
+    Hint 2 (plan): one term's variance is E[term²] − (E[term])²; both expectations are Gaussian moments of
+        wᵀs with s = x + y; then divide by m.
+    Hint 3 (formula): you need E[cosh(wᵀs)] and E[cosh²(wᵀs)] (write cosh² through cosh(2wᵀs)), both from
+        E[exp(wᵀs)] = exp(|s|²/2), and e^(−|x|²−|y|²) written with x·y and |x + y|². Check your result against
+        Lemma 2's φ+ variance: it must be smaller.
     """
     raise NotImplementedError("Task 4.1")
 

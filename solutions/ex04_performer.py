@@ -12,6 +12,12 @@ def hyperbolic_random_features(x, projection):
     return torch.cat([torch.exp(proj), torch.exp(-proj)], dim=-1) * scale
 
 
+def hyperbolic_variance(x, y, nb_features):
+    """Task 4.1, part 2: Var φ(x)·φ(y) = SM² (e^|s|² − 1)(1 − e^−|s|²) / (2m), s = x + y, SM = exp(xᵀy)."""
+    s2 = ((x + y) ** 2).sum(-1)
+    return torch.exp(2 * (x * y).sum(-1)) * torch.expm1(s2) * -torch.expm1(-s2) / (2 * nb_features)
+
+
 def orthogonal_projection(nb_features, dim, generator):
     """Task 4.2: block-orthogonal Gaussian rows with chi(D) lengths, float64 (m, D)."""
     nb_blocks = -(-nb_features // dim)

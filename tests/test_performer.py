@@ -118,6 +118,16 @@ def test_causal_key_features_use_a_running_max():
     torch.testing.assert_close(r[0, :, 5], e_max[0, :, :6].amax(-1))
 
 
+
+def test_any_shift_a_ratio_shares_cancels():
+    """Notebook 04, section 5: any per-query shift and any one shift of all keys cancel in the ratio (no max needed)."""
+    q, k, v = qkv(B=2, H=3, N=40, D=16, seed=8, scale=0.8)
+    w = orthogonal_gaussian(64, 16, generator=gen(9), dtype=torch.float64)
+    expo = lambda x: (x * 16 ** -0.25) @ w.T - (x * x).sum(-1, keepdim=True) / 8  # wᵀx' − |x'|²/2
+    shifts = 30 * torch.rand(2, 3, 40, 1, generator=gen(12), dtype=torch.float64)
+    a = torch.exp(expo(q) - shifts) @ torch.exp(expo(k) - 7.0).transpose(-2, -1)
+    torch.testing.assert_close((a / a.sum(-1, keepdim=True)) @ v, quadratic_reference(q, k, v, w), rtol=0, atol=TOL)
+
 @pytest.mark.parametrize("causal", [False, True])
 def test_float32_is_accurate_at_head_dim_128(causal):
     """A data-free key bound (|w|²/2) is loose by ~D/2 in the exponent: at D=128 key features fall near e^-81 and float32 products underflow."""

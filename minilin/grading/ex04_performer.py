@@ -72,9 +72,15 @@ def hyperbolic(x, w):
         / math.sqrt(2 * w.shape[0])
 
 
-@CHAPTER.task("4.1", "hyperbolic_random_features")
-def hyperbolic_random_features(f):
-    """the positive hyperbolic features: unbiased for exp(xᵀy), with less variance than φ+"""
+def hyperbolic_var(x, y, m):
+    """The exact variance of the m-direction hyperbolic estimate: (1 − e^(−|x+y|²))/2 times Lemma 2's φ+ variance."""
+    s2 = ((x + y) ** 2).sum(-1)
+    return torch.exp(2 * (x * y).sum(-1)) * torch.expm1(s2) * -torch.expm1(-s2) / (2 * m)
+
+
+@CHAPTER.task("4.1", "hyperbolic_random_features", "hyperbolic_variance")
+def hyperbolic_random_features(f, var):
+    """the positive hyperbolic features: unbiased for exp(xᵀy), and their variance derived"""
     pairs = []
     for i, (shape, m) in enumerate((((2, 3, 5, 4), 6), ((3, 2, 7, 6), 9), ((5, 3), 4))):
         x = rand(*shape, seed=1 + i, scale=0.7)
@@ -109,12 +115,18 @@ def hyperbolic_random_features(f):
         est = (px * py).view(2, 2, 10000, 8).sum((1, 3)) * 10000  # (pairs, estimates): m = 8 directions each
         s2 = ((x2 + y2) ** 2).sum(-1)
         plus = torch.exp(2 * (x2 * y2).sum(-1)) * torch.expm1(s2) / 8  # Lemma 2: φ+ with 8 directions
-        want = plus * -torch.expm1(-s2) / 2
+        want = hyperbolic_var(x2, y2, 8)
         got = est.var(-1)
         expect(bool(((got / want - 1).abs() <= 0.40).all()), "the variance of 10000 estimates, 8 directions each",
-               f"variance {got.tolist()}, expected (1 − e^(−|x+y|²))/2 · Lemma 2's {plus.tolist()} = {want.tolist()} "
-               f"(within 40%)")
+               f"variance {got.tolist()}, expected {want.tolist()} (within 40%; φ+ with 8 directions: {plus.tolist()})")
     yield check(gx, gy, judge=less_variance)
+    # Part 2, the derivation: fresh pairs whose norms run from 0.2 to 1.4 (a constant, or φ+'s variance, fails)
+    pairs = []
+    for i, (shape, m) in enumerate((((5, 4), 8), ((2, 3, 6), 1), ((7, 3), 100))):
+        norms = torch.linspace(0.2, 1.4, shape[-2], dtype=torch.float64)[:, None]
+        x3, y3 = (torch.nn.functional.normalize(rand(*shape, seed=s_ + 2 * i), dim=-1) * norms for s_ in (9, 10))
+        pairs.append((var(x3, y3, m), hyperbolic_var(x3, y3, m)))
+    yield all_close(pairs, "the exact variance of φ(x)·φ(y) with m iid directions, shape (...)", atol=0.0, rtol=1e-9)
 
 
 ORTHO_SHAPES = ((10, 4), (13, 5))  # m not a multiple of D: the last block is shorter
@@ -404,8 +416,8 @@ def theorem2_cap(x, y, m, d):
 
 
 def hyperbolic_mse(x, y, m):
-    """The iid MSE of the m-direction hyperbolic estimate: (1 − e^(−|x+y|²))/2 times Lemma 2's."""
-    return lemma2_mse(x, y, m) * -math.expm1(-float((x + y) @ (x + y))) / 2
+    """The iid MSE of the m-direction hyperbolic estimate (unbiased: its variance)."""
+    return float(hyperbolic_var(x, y, m))
 
 
 @CHAPTER.task("4.7", "orthogonal_mse")

@@ -31,6 +31,18 @@ RECURRENCE = (  # Task 4.4's loop, reading out query i after adding key `first +
     "        outs.append((phi_q[:, :, i, :, None] * state).sum(-2) / (phi_q[:, :, i] * z).sum(-1, keepdim=True))\n"
     "    return torch.stack(outs, dim=2)\n")
 
+HYP_FEATURES = (  # Task 4.1's features, done right: the notebook's φ+ on the rows [W; −W]
+    "import math\nimport torch\n"
+    "def hyperbolic_random_features(x, projection):\n"
+    "    w = torch.cat([projection, -projection])\n"
+    "    return torch.exp(x @ w.T - 0.5 * (x * x).sum(-1, keepdim=True)) / math.sqrt(w.shape[0])\n")
+
+HYP_VARIANCE = (  # Task 4.1's variance, done right
+    "import math\nimport torch\n"
+    "def hyperbolic_variance(x, y, nb_features):\n"
+    "    s2 = ((x + y) ** 2).sum(-1)\n"
+    "    return torch.exp(2 * (x * y).sum(-1)) * torch.expm1(s2) * -torch.expm1(-s2) / (2 * nb_features)\n")
+
 ORTHO = (  # Task 4.2's projection, done right
     "import torch\n"
     "def orthogonal_projection(nb_features, dim, generator):\n"
@@ -178,17 +190,36 @@ MUTANTS = {
         "    lo = (hi - window - 1).clamp(min=0)\n"
         "    s, z = tot[:, :, hi] - tot[:, :, lo], nrm[:, :, hi] - nrm[:, :, lo]\n"
         "    return (phi_q[..., None, :] @ s)[..., 0, :] / (phi_q * z).sum(-1, keepdim=True)\n")),
-    "4.1-plus-features-twice": ("4.1", (
-        "import math\nimport torch\n"
+    "4.1-plus-features-twice": ("4.1", HYP_VARIANCE + (
         "def hyperbolic_random_features(x, projection):\n"
         "    p = torch.exp(x @ projection.T - 0.5 * (x * x).sum(-1, keepdim=True)) / math.sqrt(2 * projection.shape[0])\n"
         "    return torch.cat([p, p], -1)\n")),
-    "4.1-scale-one-over-root-m": ("4.1", (
-        "import math\nimport torch\n"
+    "4.1-scale-one-over-root-m": ("4.1", HYP_VARIANCE + (
         "def hyperbolic_random_features(x, projection):\n"
         "    p = x @ projection.T\n"
         "    c = torch.exp(-0.5 * (x * x).sum(-1, keepdim=True)) / math.sqrt(projection.shape[0])\n"
         "    return torch.cat([torch.exp(p), torch.exp(-p)], -1) * c\n")),
+    # the right features (the notebook's φ+ on [W; −W]) with a wrong or missing derivation
+    "4.1-variance-is-the-second-moment": ("4.1", HYP_FEATURES + (
+        "def hyperbolic_variance(x, y, nb_features):\n"
+        "    s2 = ((x + y) ** 2).sum(-1)\n"
+        "    return torch.exp(2 * (x * y).sum(-1) - s2) * (1 + torch.exp(2 * s2)) / (2 * nb_features)\n")),
+    "4.1-variance-of-phi-plus": ("4.1", HYP_FEATURES + (
+        "def hyperbolic_variance(x, y, nb_features):\n"
+        "    s2 = ((x + y) ** 2).sum(-1)\n"
+        "    return torch.exp(2 * (x * y).sum(-1)) * torch.expm1(s2) / nb_features\n")),
+    "4.1-variance-a-constant": ("4.1", HYP_FEATURES + (
+        "def hyperbolic_variance(x, y, nb_features):\n"
+        "    return torch.full(x.shape[:-1], 0.1, dtype=torch.float64)\n")),
+    "4.1-variance-without-one-over-m": ("4.1", HYP_FEATURES + (
+        "def hyperbolic_variance(x, y, nb_features):\n"
+        "    s2 = ((x + y) ** 2).sum(-1)\n"
+        "    return torch.exp(2 * (x * y).sum(-1)) * torch.expm1(s2) * -torch.expm1(-s2) / 2\n")),
+    "4.1-variance-inf-for-short-sums": ("4.1", HYP_FEATURES + (
+        "def hyperbolic_variance(x, y, nb_features):\n"
+        "    s2 = ((x + y) ** 2).sum(-1)\n"
+        "    v = torch.exp(2 * (x * y).sum(-1)) * torch.expm1(s2) * -torch.expm1(-s2) / (2 * nb_features)\n"
+        "    return v / (s2 > 0.3).double()\n")),
     "4.5-stabiliser-reads-the-global-max": ("4.5", FAVOR_EXPONENTS + RECURRENCE + (
         "def favor_causal(q, k, v, projection):\n"
         "    eq, ek = exponents(q, k, projection, q.shape[-1])\n"
@@ -293,6 +324,7 @@ MUTANTS = {
 
 
 PASSING = {
+    "4.1-phi-plus-on-both-signs": ("4.1", HYP_FEATURES + HYP_VARIANCE),
     # id: (task, source of another right answer, which the checks must accept)
     # section 6's form 1: a prefix state per position, O(N·m·Dv) memory; the prefix sums of φ(k_j)[v_j | 1]ᵀ taken
     # in log space (logcumsumexp), which needs no shift that reads ahead
