@@ -102,9 +102,7 @@ def hyperbolic_random_features(f, var):
                f"mean estimate off by {err.tolist()}, more than 4 standard errors {(4 * se).tolist()} "
                f"of exp(xᵀy) = {truth.tolist()}: the features are biased")
     yield check(fx, fy, judge=unbiased)
-    # Seeds 6/7/8: 10000 estimates with m = 8 directions each (d = 3): their variance must be within 40% of
-    # (1 − e^(−|x+y|²))/2 times Lemma 2's φ+ variance (same directions). This heavy-tailed variance is noisy: in
-    # 2000 fresh draws the paper's features were off by at most 28% (0.8% beyond 15%); φ+ twice: off 2.6x or more.
+    # Seeds 6/7/8: variance of 10000 m = 8 estimates within 40% of the hyperbolic one (fresh draws: <= 28%)
     x2, y2 = rand(2, 3, seed=6), rand(2, 3, seed=7)  # new names: the judges run later
     x2, y2 = (0.6 * t / t.norm(dim=-1, keepdim=True) for t in (x2, y2))  # a fixed length: light tails
     w2 = torch.randn(80000, 3, generator=gen(8), dtype=torch.float64)
@@ -166,9 +164,7 @@ def orthogonal_projection(f):
         tensor(calls[0], w, (10, 4), torch.float64)
         expect_close(w2, w, call=again, atol=0.0, what="the first draw with the same seed (use the generator)")
     yield check(calls[0], again, judge=same_seed)
-    # chi(D) lengths: seed 8, 8000 rows of D = 4 (2000 blocks). The fraction of rows with |w|² below 2, 4, 8
-    # must be within 4 standard errors (sqrt(p(1-p)/8000) <= 0.0056) of the chi²(4) CDF at those points;
-    # unit rows (all below 2), rows of length √D (all at 4) and lengths drawn once per block fail.
+    # chi(D) lengths, seed 8, D = 4: |w|² < 2, 4, 8 within 4 s.e. of the chi²(4) CDF (unit or √D rows fail)
     many = f(8000, 4, Gen(8))
 
     def chi(w):
@@ -185,9 +181,7 @@ def orthogonal_projection(f):
         expect(spread > 0.2, many, f"the rows of a block have nearly equal lengths (mean relative spread "
                                    f"{spread:.3f}): draw one length per row, not per block")
     yield check(many, judge=chi)
-    # Uniform directions (the sign fix): seed 9, 2000 blocks of D = 4. For every row position within a block
-    # and every coordinate, the fraction of blocks where that entry is negative must be 0.5 ± 0.045 (4 standard
-    # errors of sqrt(0.25/2000)); a QR without the sign fix makes row 0's first coordinate negative every time.
+    # Uniform directions, seed 9: each entry negative in 0.5 ± 0.045 of 2000 blocks (QR's signs unfixed fail)
     signs = f(8000, 4, Gen(9))
 
     def symmetric(w):
@@ -198,9 +192,7 @@ def orthogonal_projection(f):
         expect(worst <= 0.045, signs, f"entry ({i}, {j}) of a block is negative in {float(negative[i, j]):.1%} "
                f"of 2000 blocks, expected 50% ± 4.5%: the directions are not uniform (fix the signs of QR)")
     yield check(signs, judge=symmetric)
-    # E[w wᵀ] = I for a row with a uniform direction and chi(D) length (unit rows would give I/3).
-    # Seed 7, 900 rows of D=3: entries of the sample second moment have standard error <= sqrt(2/900)
-    # = 0.047; 0.2 is > 4 of them, and 3x smaller than the I/3 mistake.
+    # E[w wᵀ] = I, seed 7, 900 rows of D = 3: s.e. <= 0.047, so 0.2 is > 4 of them (unit rows give I/3)
     big = f(900, 3, Gen(7))
 
     def gaussian(w):
@@ -415,11 +407,6 @@ def theorem2_cap(x, y, m, d):
     return 1 - 2 * (m - 1) / (d + 2) * (1 - math.exp(-s2 / 2)) ** 2 / math.expm1(s2)
 
 
-def hyperbolic_mse(x, y, m):
-    """The iid MSE of the m-direction hyperbolic estimate (unbiased: its variance)."""
-    return float(hyperbolic_var(x, y, m))
-
-
 @CHAPTER.task("4.7", "orthogonal_mse")
 def orthogonal_mse(f):
     """the MSE of the hyperbolic estimate with iid and with orthogonal rows, against Task 4.1's variance and
@@ -431,7 +418,7 @@ def orthogonal_mse(f):
     def iid(*got):
         for call, (x, y), g in zip(calls, pairs, got):
             tensor(call, g, (2,), torch.float64)
-            want = hyperbolic_mse(x, y, D)
+            want = float(hyperbolic_var(x, y, D))  # unbiased: MSE = variance
             expect(abs(float(g[0]) / want - 1) <= 0.5, call,
                    f"iid MSE {float(g[0]):.5f}, but the hyperbolic estimate's is {want:.5f} for m = {D} directions "
                    f"(off by {abs(float(g[0]) / want - 1):.0%}, more than 50%): the MSE of the m-direction cosh "
@@ -441,7 +428,7 @@ def orthogonal_mse(f):
     def orthogonal(*got):
         for call, (x, y), g in zip(calls, pairs, got):
             tensor(call, g, (2,), torch.float64)
-            want = hyperbolic_mse(x, y, D)
+            want = float(hyperbolic_var(x, y, D))  # unbiased: MSE = variance
             gap = (1 - theorem2_cap(x, y, D, D)) * lemma2_mse(x, y, D)  # Theorem 2's minimum gain
             ratio = float(g[1] / g[0])
             expect(float(g[1]) <= want - gap + 0.06 * want and ratio <= 0.7, call,
