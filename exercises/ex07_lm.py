@@ -197,7 +197,8 @@ def efficient_decode_step(q_t, k_t, v_t, state=None):
     Extends notebook 07, section 7 ("Swap the attention": a decoding state of constant size), to the causal
     kernel of linear-attention-transformer (notebook 05, section 2, "The causal variant"): φ_q = softmax of q
     over its features, φ_k = exp(k), out_t = Σ_{j ≤ t} (φ_q(q_t)·φ_k(k_j)) v_j / Σ_{j ≤ t} φ_q(q_t)·φ_k(k_j):
-    the plain per-token variant (the library's default, bucket_size 64, hides a query's own bucket of keys).
+    the plain per-token variant (the modules' default, blindspot_size=1; the bare causal_linear_attn function
+    defaults to buckets of 64, which hide a query's own bucket of keys).
     q_t, k_t: (B, H, D), v_t: (B, H, Dv): the new token's query, key and value.
     state: None before the first token, else (S, z) with S = Σ_{j < t} φ_k(k_j) v_jᵀ (B, H, D, Dv) and
     z = Σ_{j < t} φ_k(k_j) (B, H, D).  Returns (out_t (B, H, Dv), (S', z')), the state now including token t.
@@ -220,12 +221,12 @@ def efficient_decode_step(q_t, k_t, v_t, state=None):
 def predicted_crossover(heads, head_dim, features):
     """Task 7.9 (predict the finding): after how many tokens does a key/value cache outgrow a linear-attention state?
 
-    Notebook 07, section 7 measures one case: at its sizes the cache of exact attention grows with every token and
-    the state of linear attention does not. The state per head is S (features x head_dim) and z (features), as in
-    Transformers are RNNs (minilin's log_scale, a stabiliser for Performer, is not counted). Predict, for any
-    sizes, without building a model: the smallest number of tokens t >= 1 after which, in every layer and head, the
-    key/value cache holds MORE numbers than the state, for a linear attention with `features` features per head
-    (elu+1: features = head_dim; Performer: features = m).
+    Notebook 07, section 7 measures one case: at its sizes, after 64 bytes, the cache of exact attention holds more
+    numbers than the state of linear attention, which does not grow. The state per head is S (features x head_dim)
+    and z (features), as in Transformers are RNNs (minilin's log_scale, a stabiliser for Performer, is not counted).
+    Predict, for any sizes, without building a model: the smallest number of tokens t >= 1 after which, in every
+    layer and head, the key/value cache holds MORE numbers than the state, for a linear attention with `features`
+    features per head (elu+1: features = head_dim; Performer: features = m).
     heads, head_dim, features: ints >= 1  ->  a Python int. The grader measures each case itself, on TinyLM's own
     decoding states (exact attention against Performer with m = features, and elu+1), and compares your answer with
     its measurement, at eight (heads, head_dim, features) triples you do not see. Before you run it, write down your
@@ -240,7 +241,7 @@ def predicted_crossover(heads, head_dim, features):
     Hint 3 (formula): write "the cache after t tokens holds more than the state" as an inequality in t for one
         head, and find its smallest whole-number solution. Test your rule on sizes where the two counts are equal
         at some t: the cache must hold MORE, so that t is not yet the answer. Check it on section 7's sizes against
-        the notebook's table.
+        the notebook's count after 64 bytes.
     """
     raise NotImplementedError("Task 7.9")
 
@@ -250,11 +251,11 @@ def shifted_linear_mix(q, k, v, mu):
     first mixed with the previous position's (token shift, as in RWKV).
 
     Tests one explanation of the swap's cost at notebook 07's 400 steps: the linear model grew no layer-0
-    previous-byte head (section 7's hypothesis why: its weights are ratios of dot products of non-negative features,
-    with no exponential to sharpen a small positional preference into a large one), and the one-layer fixed read
+    previous-byte head (section 7's hypothesis why: elu+1 features can form one only with large q and k; with no
+    exponential of the dot product a small preference stays small, so it is hard to learn), and the one-layer fixed read
     (byte t-1, the first appendix) beat it on every stored seed (by 1,600 steps linear attention is below that
     read). With mu < 1, token shift puts the previous byte's key and value into every position's own slot, so no
-    head has to find it.
+    head has to find it: does handing the model the previous byte close the gap?
     The grader checks only this mixing step; the task's point, your prediction and your measurement below, is yours
     to check: no grader can.
     q, k, v: (B, H, N, D); mu: a float in [0, 1], or a (H,) tensor, one per head  ->  (B, H, N, D).
