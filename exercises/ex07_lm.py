@@ -254,8 +254,9 @@ def shifted_linear_mix(q, k, v, mu):
     previous-byte head (section 7's hypothesis why: elu+1 features can form one only with large q and k; with no
     exponential of the dot product a small preference stays small, so it is hard to learn), and the one-layer fixed read
     (byte t-1, the first appendix) beat it on every stored seed (by 1,600 steps linear attention is below that
-    read). With mu < 1, token shift puts the previous byte's key and value into every position's own slot, so no
-    head has to find it: does handing the model the previous byte close the gap?
+    read). With mu < 1, token shift blends the previous byte's key and value into every position's own; a head
+    must still weight that slot, so compare with the fixed read, which hands the byte over directly: how much of the
+    gap does the shift close?
     The grader checks only this mixing step; the task's point, your prediction and your measurement below, is yours
     to check: no grader can.
     q, k, v: (B, H, N, D); mu: a float in [0, 1], or a (H,) tensor, one per head  ->  (B, H, N, D).
