@@ -297,13 +297,13 @@ def _bound_and_used(source):
 
 
 def committed_cells(path):
-    """A notebook's first code cell (its imports), the code cells that read results/reference/ (by path, or
-    through a `committed(...)` or `reference_file(...)` helper defined earlier), and each
+    """A notebook's first code cell (its imports), the code cells that read results/reference/ (by path, through a
+    `REFERENCE / ...` path built in the first cell, or a `committed(...)` or `reference_file(...)` helper defined earlier), and each
     earlier cell that last defines a name they use (transitively), in the notebook's order; or []."""
     cells = [c for c in json.loads(path.read_text(encoding="utf-8"))["cells"] if c["cell_type"] == "code"]
     code = ["".join(c["source"]) for c in cells]
     names = [_bound_and_used(s) for s in code]
-    keep = {0} | {i for i, s in enumerate(code) if i and re.search(r'"results" / "reference"|results/reference/|\b(?:committed|reference_file)\(', s)}
+    keep = {0} | {i for i, s in enumerate(code) if i and re.search(r'"results" / "reference"|results/reference/|\bREFERENCE /|\b(?:committed|reference_file)\(', s)}
     if keep == {0}:
         return []
     todo = sorted(keep)
