@@ -1,8 +1,8 @@
 """Exercises for notebook 05, whose idea is to know what a peer library really computes and to test that two
 implementations agree: write what LAT computes (5.1, 5.2), move weights between a library and ours (5.3, and 5.4 as a
 warm-up), extend section 1's linear attention (5.6), and predict where LAT's causal clamp starts to act and measure it
-on LAT (5.8: predict, then measure), and catch a layer whose future leaks into its past (5.10). Tasks 5.1, 5.3 and
-5.10 are the core; 5.8 is an optional challenge; 5.2, 5.4 and 5.6 are optional.
+on LAT (5.8: predict, then measure), and catch a layer whose future leaks into its past (5.10). Tasks 5.1, 5.8 and
+5.10 are the core; 5.2, 5.3, 5.4 and 5.6 are optional.
 
 Implement each function, then grade yourself:  python -m minilin grade --chapter 5
 Shapes follow the course convention: q (B, H, N, D), k (B, H, M, D), v (B, H, M, Dv);
@@ -65,11 +65,10 @@ def causal_efficient_attention(q, k, v):
 
 
 def transplant_into_lat(ours, lat):
-    """Task 5.3: copy our EfficientSelfAttention's weights into a linear-attention-transformer SelfAttention.
+    """Task 5.3 (optional): copy our EfficientSelfAttention's weights into a linear-attention-transformer SelfAttention.
 
     Uses notebook 05, section 2 (LAT's `linear_attn` is ours times a constant) and section 3 (a weight transplant
-    is tested by comparing outputs). Appendix A moves whole LAT stacks the other way, their weights into minilin's
-    blocks (minilin.peers: read it once you are done).
+    is tested by comparing outputs). minilin.peers moves whole LAT stacks the other way: read it once you are done.
     ours: minilin.efficient.EfficientSelfAttention(dim, heads, dim_head=D) (no q/k/v bias)
     lat:  linear_attention_transformer.linear_attention_transformer.SelfAttention(dim, heads, dim_head=D),
           non-causal, same sizes, random weights.  Returns lat, modified in place, such that
@@ -143,14 +142,14 @@ def chunked_causal_linear_attention(q, k, v, chunk_size, mask=None):
 
 
 def clamp_onset(q, k, bucket_size=1):
-    """Task 5.8 (optional challenge, predict then measure): below which shift of the keys does LAT's clamp
+    """Task 5.8 (predict, then measure): below which shift of the keys does LAT's clamp
     change its causal output?
 
     Pitfall 2 shifted every key by −12 and saw LAT's causal_linear_attn shrink its outputs; here you predict, for
-    any inputs, the shift at which that starts. Task 5.2 states the idealised kernel, which a common shift s of
-    every key (k + s) leaves unchanged. LAT's causal_linear_attn(q, k + s, v, bucket_size=bucket_size) computes
+    any inputs, the shift at which that starts. Notebook 05's causal variant (section 2; optional Task 5.2 writes
+    it) is the idealised kernel, which a common shift s of every key (k + s) leaves unchanged. LAT's causal_linear_attn(q, k + s, v, bucket_size=bucket_size) computes
     the same ratio but divides by max(denominator, 1e-3); read its source: which denominator does it clamp, and
-    is it Task 5.2's?
+    is it the formula's?
     q, k: (B, H, N, D) float64, bucket_size: 1, or B > 1 dividing N with N >= 2·B: LAT's buckets (notebook 05,
     Appendix A), in which query i sees only the keys j < (i // B) * B, and a query in the first bucket none
     ->  a Python float s*: for every s > s* LAT's output equals the idealised kernel's (up to overflow of e^{k+s}),
@@ -166,7 +165,7 @@ def clamp_onset(q, k, bucket_size=1):
     Hint 1 (nudge): a shift s multiplies every e^{k_j}, and so every query's numerator and denominator, by the
         same factor. The ratio does not see it; what does the clamp see? Look for a factor LAT applies to the
         queries that cancels in the ratio but not in the comparison with 1e-3.
-    Hint 2 (plan): form each query's denominator as in Task 5.2, without LAT's factor: prefix sums of exp(k),
+    Hint 2 (plan): form each query's denominator as in section 2's formula, without LAT's factor: prefix sums of exp(k),
         read at the query's last visible key, contracted with softmax(q) over D, keeping only the queries that
         see a key; this gives (B, H, N) or fewer positions; take the smallest over
         batch, heads and positions; write the clamp's condition for that query at shift s, with LAT's factor,

@@ -4,6 +4,7 @@
    a run on the real tokens alone. performer-pytorch's mask= (values only) fails; minilin's layers pass.
 2. LAT's global heads are efficient attention times D^-1/2; the package against the loops.
 3. causality by changing the future: minilin leaves the past alone, performer-pytorch's detached max does not.
+   Each of its two constants alone is enough.
    With both of its constants at 0 it cancels in float64, yet in float32 a large future makes the past NaN.
 """
 import contextlib
@@ -90,6 +91,16 @@ def test_changing_the_future_moves_performer_pytorchs_past_and_not_minilins():
                           generator=torch.Generator().manual_seed(2)) == 0.0
     assert past_change(lambda t: their_causal(t, t, t), x) > 1e-3
 
+
+
+def test_each_of_performer_pytorchs_constants_alone_lets_the_future_move_the_past():
+    # notebook 05, pitfall 3 sets both to 0; either one alone keeps e^c from cancelling (its former Appendix A cell)
+    Wf = orthogonal_gaussian(32, 8, generator=torch.Generator().manual_seed(90), dtype=f64)
+    x = randn(1, 2, 12, 8, seed=306)
+    for feature_eps, denominator_eps in ((1e-4, 0.0), (0.0, 1e-6)):
+        with contextlib.redirect_stdout(io.StringIO()):
+            theirs = peers.PerformerPytorchFAVOR(Wf, causal=True, feature_eps=feature_eps, denominator_eps=denominator_eps)
+        assert past_change(lambda t: theirs(t, t, t), x) > 1e-3, (feature_eps, denominator_eps)
 
 def test_with_both_constants_at_0_a_large_future_still_makes_performer_pytorchs_past_nan_in_float32():
     # the stabiliser c is a max over all positions: a future 30x larger rounds every past e^(a - c) to 0 (0/0)
