@@ -129,7 +129,7 @@ def memory_crossover(layers, exact_layers, heads, dim_head, dim_k, dim_v, kv_ite
     Hint 2 (plan): the shared exact layers cancel, and so does the number of recurrent layers and of heads:
         compare one recurrent layer's one head with the KV cache that head would keep in exact attention. Then
         find the first whole n that is strictly past the point where the two are equal. (For notebook 09's
-        Appendix A, whose two layers have different head counts, fold the head counts into the sizes first.)
+        section 4, whose two layers have different head counts, fold the head counts into the sizes first.)
     Hint 3 (formula): per recurrent layer and head, write the exact model's extra bytes at context n as
         (what a cache of n tokens takes) minus (what the state takes). Solve for the n at which they are
         equal; the answer is the first whole n strictly beyond it, which is not the same as rounding up when

@@ -1,4 +1,4 @@
-"""minilin.gated as an associative memory (notebook 09, section 3 and Appendix C): P random unit pairs written into one D x D state,
+"""minilin.gated as an associative memory (notebook 09, section 3; retention on rewrites is tested here only): P random unit pairs written into one D x D state,
 each key read back, retrieval by angle. Statistics over independent draws (a draw's pairs share one state): gains
 paired over the draws must exceed a few standard errors, means lie within 4 standard errors of a formula."""
 import math
