@@ -1,7 +1,7 @@
 """Exercises for notebook 07. Core: the loss and the schedule of the training loop (Tasks 7.3 and 7.5), the chapter's
 decoding idea on a new attention (Task 7.8: one recurrent step with a state of constant size), a prediction of its
 decoding finding on new sizes (Task 7.9), and a test of one explanation of the swap's cost (Task 7.10, an extend
-task: token shift lets linear attention read the previous byte; predict, then measure). Optional: LM plumbing,
+task: how much of the cost does a token shift close? predict, then measure). Optional: LM plumbing,
 7.1 (cut text to a byte budget), 7.2 (targets across documents) and 7.6 (checkpoints); 7.4 (masked-LM corruption)
 and 7.7 (nucleus sampling, an extend task: use the idea on a new case).
 
@@ -251,8 +251,7 @@ def shifted_linear_mix(q, k, v, mu):
     first mixed with the previous position's (token shift, as in RWKV).
 
     Tests one explanation of the swap's cost at notebook 07's 400 steps: the linear model grew no layer-0
-    previous-byte head (section 7's hypothesis why: elu+1 features can form one only with large q and k; with no
-    exponential of the dot product a small preference stays small, so it is hard to learn), and the one-layer fixed read
+    previous-byte head (why is open, section 7), and the one-layer fixed read
     (byte t-1, the first appendix) beat it on every stored seed (by 1,600 steps linear attention is below that
     read). With mu < 1, token shift blends the previous byte's key and value into every position's own; a head
     must still weight that slot, so compare with the fixed read, which hands the byte over directly: how much of the

@@ -15,8 +15,8 @@ cells up to the one that defines `train_lm` (leaving out the statements there th
 of `previous_byte_mix`, then calls train_lm(mix, seed) for each seed and mixing step. --steps replaces the notebook's STEPS (train_lm scores
 every 100 steps; --every picks which of those scores become rows, with a `step` column; default: the last only). The
 CSV is rewritten after every run, so an interrupted sweep keeps the runs it finished; its header records the command,
-machine, date, sizes and the seeds with a finished run. The notebook checks that its live seed-0 runs agree with
-lm_swap_seeds.csv's seed-0 rows.
+machine, date, sizes and the seeds with a finished run. tests/test_reference_lm_swap.py checks that the notebook's stored
+seed-0 outputs agree with lm_swap_seeds.csv's seed-0 rows.
 """
 from __future__ import annotations
 
@@ -81,7 +81,7 @@ def main(argv=None):
     if args.lr is not None:
         if not args.lr > 0:
             parser.error(f"--lr must be positive, got {args.lr:g}")
-        ns["LR"] = args.lr  # train_lm reads the notebook's global LR when it builds its optimizer
+        ns["LR"] = args.lr  # passed to train_lm below (its default, lr=LR, was bound when the notebook defined it)
     if args.steps is not None:
         if args.steps < 100 or args.steps % 100:
             parser.error(f"--steps must be a positive multiple of 100 (train_lm scores every 100), got {args.steps}")
@@ -95,7 +95,7 @@ def main(argv=None):
             start = time.perf_counter()
             mix = MIXES[name]
             mix = [ns[m] for m in mix] if isinstance(mix, tuple) else ns[mix]
-            _, curve = ns["train_lm"](mix, seed=seed)
+            _, curve = ns["train_lm"](mix, seed=seed, lr=ns["LR"])
             for step in range(every, ns["STEPS"] + 1, every):
                 row = {"seed": seed, "mixing": name, "lr": ns["LR"]}
                 if args.steps is not None or args.every is not None:

@@ -1,5 +1,7 @@
 """results/reference/lm_swap_*.csv (notebook 07's stored runs): what the notebook's section 7 and appendices
 say about them, checked on the files themselves."""
+import json
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -58,6 +60,20 @@ def test_the_two_byte_control_is_the_same_recipe():
     assert list(short.index) == [0, 1, 2] and set(short["mixing"]) == {"twobytes"} and set(short["lr"]) == {0.003}
     assert list(long.index) == [400, 800, 1200, 1600] and long.notna().all().all()
     assert (long.loc[400] - short.loc[long.columns, "val_bits_per_byte"]).abs().max() < 0.05   # step 400 of the same runs
+
+    seeds = runs("lm_swap_long.csv", ["step", "seed"])["exact"].unstack("seed")
+    ahead = long - seeds[long.columns]                                   # the fixed read minus exact, seed by seed
+    assert (ahead.loc[400] > 0).all() and (ahead.loc[1600] > 0.3).all()  # the first appendix's claims
+
+
+def test_the_notebooks_seed_0_run_is_the_stored_one():
+    """Notebook 07's stored section-7 output (one CPU thread, seed 0) against lm_swap_seeds.csv's seed-0 rows."""
+    cells = json.loads((REFERENCE.parents[1] / "notebooks" / "07_tiny_lm.ipynb").read_text())["cells"]
+    text = "".join("".join(o.get("text", "")) for c in cells if c["cell_type"] == "code" for o in c["outputs"])
+    line = re.search(r"exact attention ([\d.]+), attention off ([\d.]+), linear attention \(elu\+1\) ([\d.]+) bits", text)
+    seed0 = runs("lm_swap_seeds.csv", "seed").loc[0]
+    for value, mixing in zip(line.groups(), ("exact", "off", "linear")):
+        assert abs(float(value) - seed0[mixing]) <= 0.01, (mixing, value, seed0[mixing])
 
 
 if __name__ == "__main__":
