@@ -1,8 +1,8 @@
 """Exercises for notebook 05, whose idea is to know what a peer library really computes and to test that two
-implementations agree: write what LAT computes (5.1, 5.2), move weights between a library and ours (5.3, and 5.4 as a
-warm-up), extend section 1's linear attention (5.6), and predict where LAT's causal clamp starts to act and measure it
-on LAT (5.8: predict, then measure), and catch a layer whose future leaks into its past (5.10). Tasks 5.1, 5.8 and
-5.10 are the core; 5.2, 5.3, 5.4 and 5.6 are optional.
+implementations agree: write what LAT computes (5.1, a warm-up, and 5.2), move weights between a library and ours
+(5.3, and 5.4 as a warm-up), extend section 1's linear attention (5.6), and predict where LAT's causal clamp starts to
+act and measure it on LAT (5.8: predict, then measure), and catch a layer whose future leaks into its past (5.10).
+Tasks 5.8 and 5.10 are the core; 5.1, 5.2, 5.3, 5.4 and 5.6 are optional.
 
 Implement each function, then grade yourself:  python -m minilin grade --chapter 5
 Shapes follow the course convention: q (B, H, N, D), k (B, H, M, D), v (B, H, M, Dv);
@@ -16,10 +16,11 @@ import torch
 
 
 def efficient_attention(q, k, v, mask=None):
-    """Task 5.1: Shen et al.'s efficient attention ρ_q(q) (ρ_k(k)ᵀ v), non-causal (arXiv 1812.01243, eq. 3).
+    """Task 5.1 (optional, a warm-up): Shen et al.'s efficient attention ρ_q(q) (ρ_k(k)ᵀ v), non-causal (arXiv
+    1812.01243, eq. 3).
 
-    Writes notebook 05, section 2's formula (its cells run the package's version), with padding and an all-padded
-    sequence.
+    Writes notebook 05, section 2's formula, with padding and an all-padded sequence. Its answer ships with LAT:
+    its `linear_attn` is this function up to the query scale (section 2). Write it without looking, then compare.
     q: (B, H, N, D), k: (B, H, M, D), v: (B, H, M, Dv), mask: (B, M) bool or None  ->  (B, H, N, Dv)
     ρ_q: softmax of each query over its D features (dim -1).
     ρ_k: softmax of each key feature over the M positions (dim -2); padded keys must get weight 0, and a
@@ -116,8 +117,8 @@ def chunked_causal_linear_attention(q, k, v, chunk_size, mask=None):
     """Task 5.6 (optional, extend): causal elu+1 linear attention computed chunk by chunk, with a key
     padding mask.
 
-    Extends notebook 05, section 1 and Appendix A (the causal (N × N) form), and notebook 04, section 6 (prefix
-    sums; the chunked form in words); no cell writes it. Here you combine the two forms, as `minilin.linear` does,
+    Extends notebook 05, section 1, and notebook 04, section 6 (prefix sums; the chunked form in words); no cell
+    writes it. Here you combine the two forms, as `minilin.linear` does,
     and add padding.
     q, k: (B, H, N, D), v: (B, H, N, Dv), chunk_size: int >= 1, mask: (B, N) bool or None  ->  (B, H, N, Dv)
     φ(x) = elu(x) + 1 (torch.nn.functional.elu). Query i sees the real keys j <= i:
@@ -170,9 +171,8 @@ def clamp_onset(q, k, bucket_size=1):
         see a key; this gives (B, H, N) or fewer positions; take the smallest over
         batch, heads and positions; write the clamp's condition for that query at shift s, with LAT's factor,
         and solve it for s with a logarithm.
-    Hint 3 (formula): the output first departs at the shift where the smallest denominator LAT clamps, times e
-        to the s, equals 1e-3. Write that denominator in terms of yours (where does LAT's factor go?); take
-        logarithms and solve for s.
+    Hint 3 (formula): the shift multiplies that query's clamped denominator by e to the s; take logs of the clamp
+        condition and solve for s, checking where LAT's factor enters it.
     """
     raise NotImplementedError("Task 5.8")
 
@@ -191,15 +191,16 @@ def past_changes(layer, x):
     The checks use hidden layers built anew, with new weights and inputs, on every run: one causal, one whose
     future leaks through a detached maximum over all positions (as in performer-pytorch), one that leaks inside
     blocks of positions. Where the grader's own change moves the past by more than 1e-6 your reading must exceed
-    1e-9; where the layer is causal at t0 it must be <= 1e-12. Then use it on pitfall 3's layers: which split, if any,
-    leaks?
+    1e-9; where the layer is causal at t0 it must be <= 1e-12. One redraw at one split, like pitfall 3's cell, misses
+    some leaks: a layer that leaks only inside blocks of positions moves the past at some splits and not at others,
+    so test every split. Then use it on pitfall 3's layers: which split, if any, leaks?
 
     Hint 1 (nudge): a causal layer gives the same outputs before t0 for *every* future, so one change that moves
         them is proof of a leak, but one that does not is no proof of causality. What kind of future change must
         move a maximum taken over all positions?
-    Hint 2 (plan): run the layer once on x, without recording gradients. For each t0 from 1 to N - 1, build a
-        changed input equal to x before t0 and far from x from t0 on (try more than one change, of both signs),
-        run the layer on it, and keep the largest |difference| of the outputs at positions before t0.
+    Hint 2 (plan): run the layer once on x, without recording gradients. For each t0 from 1 to N - 1, build
+        changed inputs equal to x before t0 and different from t0 on, run the layer on each, and keep the
+        largest |difference| of the outputs at positions before t0.
     Hint 3 (formula): reading(t0) = max over your changes of max |layer(x')[:, s] - layer(x)[:, s]| over s < t0,
         where x' equals x at every position < t0. A detached maximum over all positions shows only if your change
         can raise it above the maximum the past already saw; a random redraw at the same scale may leave it where
