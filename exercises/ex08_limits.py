@@ -18,9 +18,10 @@ def convex_copy_map(sources, k):
     sources: (S,) long tensor, a permutation of 0..S-1 (answer slot j must read position sources[j]); k: an int,
     2 <= k < S  ->  (A, F): A (S, k) floating, every entry >= 0 and every row summing to 1 (what a softmax over k
     slots gives); F (k, S) floating, any real numbers. Their product A F is the map over positions, of rank at most k.
-    The grader draws 16-letter sequences and decodes each slot as section 4 does: slot j answers the letter with
-    the largest total weight in row j of A F. It also builds section 4's block averaging in this form (k groups of
-    neighbouring slots, each reading the average of its group's sources) and decodes it on the same letters. Your
+    The grader draws sequences of S letters from a 16-letter alphabet and decodes each slot as section 4 does: slot
+    j answers the letter with the largest total weight in row j of A F. It also builds section 4's block averaging
+    in this form (k groups of neighbouring slots, each reading the average of its group's sources) and decodes it on
+    the same letters. Your
     map passes when it keeps at least 0.1 more of the letters than block averaging (at S = 63, k = 16: about
     0.34). Section 4's random map keeps 0.66 there, but its A would need negative weights: it is not of this form.
 
@@ -29,9 +30,9 @@ def convex_copy_map(sources, k):
     Hint 2 (plan): find a map that decodes well and breaks the form only because some of its weights are
         negative. Ask what making them non-negative does to every row of A F, and whether one of the k slots could
         be spent on undoing that.
-    Hint 3 (formula): the principle: a non-negative softmax costs at most one rank. Adding the same constant to
-        every weight of A adds a term to A F that one row of F can absorb, so what a signed map of rank k - 1
-        decodes, a map of this form of rank k can decode too.
+    Hint 3 (formula): row j of A F is the sum, over the k slots, of A's weight on the slot times that slot's row
+        of F. Raise every weight in a row by the same amount c: the row of A F gains c times the sum of F's rows.
+        What must that sum be for the decode not to notice, and what does that cost you in rank?
     """
     raise NotImplementedError("Task 8.1")
 
