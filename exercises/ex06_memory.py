@@ -86,9 +86,10 @@ def blocked_attention_backward(q, k, v, out, lse, dout, block):
     Hint 2 (plan): before the loop, one number per query from dout and out (the softmax's gradient needs it). Then
         for each block of keys: its scores and probabilities; the block's gradients of the values and of the keys
         are its own, written once; the gradient of the queries gets this block's share added.
-    Hint 3 (formula): in words, notebook 06's Check yourself 3 gives a row's score gradients from its
-        probabilities, the gradient of P and one number per query that needs no other block; the rest is the
-        chain rule through the two products and the 1/√D scale.
+    Hint 3 (formula): in words: out = P V, so the values' gradient is P transposed times dout and P's gradient is
+        dout times V transposed; notebook 06's Check yourself 3 turns a row's gradient of P into its score gradients
+        with one number per query that needs no other block; the scores are Q Kᵀ scaled by 1/√D, so their gradient
+        reaches Q and K by the same product rule, each with that scale.
     """
     raise NotImplementedError("Task 6.4")
 
@@ -100,8 +101,8 @@ def causal_block_work(n, q_block, kv_block):
     ones may be shorter) and computes a whole (query block, key block) tile whenever at least one of its keys is
     visible to one of its queries (key index <= query index), masking inside it; tiles wholly above the diagonal are
     skipped.  ->  a float: the number of score entries it computes divided by n².
-    Notebook 06 predicted and measured (Appendix C) SDPA's causal CPU kernel, which cuts keys into blocks of 512;
-    here both block sizes are yours. Before you code it, predict on paper the share for n = 1024 with tiles of 256 x 512 and
+    Notebook 06 predicted and measured (Appendix A) SDPA's causal CPU kernel, which cuts keys into blocks of 512;
+    here both block sizes are yours. Before you code it, predict on paper the share for n = 1536 with tiles of 256 x 512 and
     for tiles of 512 x 256, then let the grader measure: it runs such a blocked loop on meta tensors under
     FlopCounterMode and divides by the count of the full product.
 

@@ -188,7 +188,7 @@ def _measured_share(n, q_block, kv_block):
 @CHAPTER.task("6.5", "causal_block_work", extend=True)
 def causal_block_work(f):
     """predict, then measure: the share of the full work a causal kernel with rectangular tiles computes"""
-    for n, qb, kb in ((1024, 256, 512), (1024, 512, 256), (3072, 256, 512), (1000, 64, 300), (300, 32, 512),
+    for n, qb, kb in ((1536, 256, 512), (1536, 512, 256), (3072, 256, 512), (1000, 64, 300), (300, 32, 512),
                       (777, 100, 64), (96, 1, 1)):
         call = f(n, qb, kb)
 
