@@ -251,11 +251,9 @@ def shifted_linear_mix(q, k, v, mu):
     first mixed with the previous position's (token shift, as in RWKV).
 
     Tests one explanation of the swap's cost at notebook 07's 400 steps: the linear model grew no layer-0
-    previous-byte head (why is open, section 7), and the one-layer fixed read
-    (byte t-1, the first appendix) beat it on every stored seed (by 1,600 steps linear attention is below that
-    read). With mu < 1, token shift blends the previous byte's key and value into every position's own; a head
-    must still weight that slot, so compare with the fixed read, which hands the byte over directly: how much of the
-    gap does the shift close?
+    previous-byte head (section 7). With mu < 1, token shift blends the previous byte's key and value into every
+    position's own; a head must still weight that slot. Does the shift close the gap because it stands in for the
+    missing head, or because it helps any attention?
     The grader checks only this mixing step; the task's point, your prediction and your measurement below, is yours
     to check: no grader can.
     q, k, v: (B, H, N, D); mu: a float in [0, 1], or a (H,) tensor, one per head  ->  (B, H, N, D).
@@ -267,13 +265,15 @@ def shifted_linear_mix(q, k, v, mu):
     one position: no earlier output may move, and that position must be read.
 
     Then measure, in a cell of your own below section 7 (paste the function or import it from this file). Before
-    you run anything, write down your prediction: after the same 400 steps, will the gap between the shifted model's
-    bits per byte and exact attention's be about section 7's linear-minus-exact gap, about half of it, or close to
-    nothing? Then train the notebook's model with your mixing step (`train_lm(lambda q, k, v:
-    shifted_linear_mix(q, k, v, 0.5))`, about a minute on a laptop CPU) and compare the last validation scores. For
-    a fair baseline, also train exact attention on the same shifted keys and values (your own mixing step: the
-    shift, then `causal_softmax_mix`): how much of section 7's gap is left, and what does that say about the
-    missing head as its cause?
+    you run anything, write down your prediction: after the same 400 steps, will the shifted model's gap to exact
+    attention be about section 7's linear-minus-exact gap, about half of it, or close to nothing? Then train, on
+    seeds 0, 1 and 2 (`train_lm(mix, seed=s)`, a minute or more per run on a laptop CPU), the shifted model
+    (`lambda q, k, v: shifted_linear_mix(q, k, v, 0.5)`) and a second baseline: exact attention on the same shifted
+    keys and values (your own mixing step: the shift, then `causal_softmax_mix`). Plain exact and plain linear
+    attention on these seeds are in the first appendix's stored table. Take each gap seed by seed (the runs are
+    paired), against both baselines: plain exact, and exact on shifted keys and values. Evidence is a change in the
+    gap larger than the spread of that gap over the three seeds; one seed cannot tell "the shift replaces the
+    missing head" from "the shift helps both attentions".
 
     Hint 1 (nudge): the shift and the attention are two separate steps. What move along the position axis gives
         every position its predecessor's key, with zeros at position 0? And how does a mu of shape (H,) line up

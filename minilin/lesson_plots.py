@@ -1,5 +1,5 @@
 """Figures of single notebooks, built from what the notebook measured or read: 05's errors against a key shift,
-06's timing rounds and memory model, 07's attention maps, 08's rank figure, 10's chunk tiles. The benchmark CSV's plots and tables are in
+06's timing rounds and memory model, 07's attention maps (and layer-0 weights), 08's rank figure, 10's chunk tiles. The benchmark CSV's plots and tables are in
 `minilin.plots`."""
 import matplotlib.pyplot as plt
 
@@ -136,6 +136,39 @@ def plot_attention_maps(panels, labels, *, suptitle=None, gamma=1.0, ncols=None)
     if suptitle:
         fig.suptitle(suptitle, fontsize=10)
     return fig
+
+
+def first_layer_weights(model, windows, mix):
+    """Layer 0's attention weights of notebook 07's `ByteLM` on windows (B, N) of byte ids: (B, H, N, N).
+
+    Rebuilds what layer 0's Attention reads (embeddings, then its LayerNorm), projects queries and keys as it does,
+    and runs `mix` on identity values: output row i is then query i's weights over the keys."""
+    import torch
+
+    B, N = windows.shape
+    heads, param = model.blocks[0].attn.heads, next(model.parameters())
+    windows = windows.to(param.device)
+    with torch.no_grad():
+        x0 = model.blocks[0].ln1(model.tok_emb(windows) + model.pos_emb(torch.arange(N, device=param.device)))
+        attn = model.blocks[0].attn
+        split = lambda t: t.view(B, N, heads, -1).transpose(1, 2)   # (B, H, N, d/H), as in Attention
+        eye = torch.eye(N, dtype=param.dtype, device=param.device).expand(B, heads, N, N)
+        return mix(split(attn.to_q(x0)), split(attn.to_k(x0)), eye).cpu()
+
+
+def byte_labels(ids):
+    """One printable character per byte id: space and newline as symbols, other non-printing bytes as a dot."""
+    return [{32: "\u2423", 10: "\u23ce"}.get(b, chr(b) if 33 <= b < 127 else "\u00b7") for b in ids]
+
+
+def plot_causal_maps(panels, ids, *, show, suptitle=None):
+    """Notebook 07's layer-0 maps: the first `show` queries and keys of each (title, (N, N) weights) panel, masked
+    future keys grey, byte labels from `ids`; returns the Figure."""
+    import torch
+
+    future = torch.ones(show, show, dtype=torch.bool).triu(1)
+    cropped = [(title, torch.as_tensor(w)[:show, :show].masked_fill(future, float("nan")).numpy()) for title, w in panels]
+    return plot_attention_maps(cropped, byte_labels(list(ids)[:show]), ncols=2, suptitle=suptitle)
 
 
 CHUNK_TILE_KINDS = ("future: zero (causal mask)", "inside a chunk: a masked c x c tile",

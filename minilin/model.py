@@ -93,8 +93,8 @@ class LMConfig:
 CAUSAL_LINFORMER = (
     "Linformer cannot be causal: E and F project the whole sequence (all n positions, the future included) "
     "onto k slots before any query looks at them, so every output would depend on later tokens "
-    "(lucidrains/linformer#4). For a next-byte LM use attention='exact', 'sdpa', 'performer', 'linear' "
-    "or 'efficient'; for Linformer use causal=False with the masked-LM objective "
+    "(lucidrains/linformer#4). For a next-byte LM use attention='exact', 'sdpa', 'performer', 'linear', "
+    "'efficient', 'retention', 'gla', 'deltanet' or 'gated-deltanet'; for Linformer use causal=False with the masked-LM objective "
     "(ByteCorpus(objective='mlm'), `--objective mlm`).")  # notebook 07 prints it: change both together
 
 

@@ -109,7 +109,7 @@ def shifted_linear_mix(q, k, v, mu):
         mu = mu.to(q).reshape(1, -1, 1, 1)  # (1, H, 1, 1): one mu per head, on q's device
     earlier = lambda t: torch.cat([torch.zeros_like(t[:, :, :1]), t[:, :, :-1]], dim=2)  # t_{n-1}, zeros at 0
     k_mix, v_mix = (mu * t + (1 - mu) * earlier(t) for t in (k, v))
-    fq, fk = (torch.nn.functional.elu(t) + 1 for t in (q, k_mix))  # (B, H, N, D)
+    fq, fk = (torch.where(t > 0, t + 1, t.clamp(max=0).exp()) for t in (q, k_mix))  # elu(t) + 1, no 0/0 far below 0
     S = torch.einsum("bhnd,bhne->bhnde", fk, v_mix).cumsum(dim=2)  # Σ_{j<=n} φ(k'_j) v'_jᵀ
     num = torch.einsum("bhnd,bhnde->bhne", fq, S)
     den = (fq * fk.cumsum(dim=2)).sum(dim=-1, keepdim=True)

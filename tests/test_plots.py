@@ -230,6 +230,23 @@ def test_plot_attention_maps_shares_one_scale_and_labels():
     matplotlib.pyplot.close("all")
 
 
+def test_first_layer_weights_are_layer_0s_causal_softmax_and_the_maps_crop_them():
+    import torch
+    from minilin.attention import softmax_attention
+    from minilin.model import LMConfig, TinyLM
+    torch.manual_seed(0)
+    model = TinyLM(LMConfig(block_size=8, dim=16, heads=2, depth=1, attention="exact"))
+    ids = torch.randint(0, 256, (3, 8))
+    w = lesson_plots.first_layer_weights(model, ids, lambda q, k, v: softmax_attention(q, k, v, causal=True))
+    assert w.shape == (3, 2, 8, 8) and torch.allclose(w.sum(-1), torch.ones(3, 2, 8))    # each row: weights summing to 1
+    assert (w.triu(1) == 0).all() and not torch.allclose(w[0, 0], w[0, 1])              # causal; heads differ
+    assert lesson_plots.byte_labels([32, 10, 65, 0]) == ["\u2423", "\u23ce", "A", "\u00b7"]
+    fig = lesson_plots.plot_causal_maps([("h", w[0, 0])], ids[0], show=4)
+    shown = fig.axes[0].images[0].get_array()
+    assert shown.shape == (4, 4) and shown.mask[0, 1] and not shown.mask[1, 0]        # future keys masked (grey)
+    matplotlib.pyplot.close("all")
+
+
 def test_chunk_tiles_colour_each_pair_by_how_the_scan_reaches_it():
     fig = lesson_plots.plot_chunk_tiles(8, 2)
     ax = fig.axes[0]
