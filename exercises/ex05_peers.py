@@ -19,8 +19,7 @@ def efficient_attention(q, k, v, mask=None):
     """Task 5.1 (optional, a warm-up): Shen et al.'s efficient attention ρ_q(q) (ρ_k(k)ᵀ v), non-causal (arXiv
     1812.01243, eq. 3).
 
-    Writes notebook 05, section 2's formula, with padding and an all-padded sequence. Its answer ships with LAT:
-    its `linear_attn` is this function up to the query scale (section 2). Write it without looking, then compare.
+    Notebook 05, section 2, writes the unmasked kernel; this task adds a padding mask and an all-padded sequence.
     q: (B, H, N, D), k: (B, H, M, D), v: (B, H, M, Dv), mask: (B, M) bool or None  ->  (B, H, N, Dv)
     ρ_q: softmax of each query over its D features (dim -1).
     ρ_k: softmax of each key feature over the M positions (dim -2); padded keys must get weight 0, and a

@@ -54,6 +54,10 @@ def efficient_attention(q, k, v, mask=None):  # exp(k) with no max subtracted: o
     rho_k = e / torch.where(total > 0, total, torch.ones_like(total))
     return torch.softmax(q, dim=-1) @ (rho_k.transpose(-2, -1) @ v)
 """),
+    "5.1-notebook-cell": ("5.1", "efficient_attention", """import torch
+def efficient_attention(q, k, v, mask=None):  # notebook 05, section 2's unmasked kernel: mask= ignored
+    return q.softmax(dim=-1) @ (k.softmax(dim=-2).transpose(-2, -1) @ v)
+"""),
     "5.2-quadratic": ("5.2", "causal_efficient_attention", """import torch
 def causal_efficient_attention(q, k, v):  # the masked (N, N) form
     a = (torch.softmax(q, -1) @ torch.exp(k).transpose(-2, -1)).tril()
