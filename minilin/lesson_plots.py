@@ -249,7 +249,8 @@ def plot_rank_two_ways(cut, trained, *, markers, chance, colour="tab:green", sup
 
 def plot_error_vs_shift(shifts, errors, *, ceiling=30.0, floor=1e-17, nudge=0.2, title=None):
     """Notebook 05's pitfall 2: each implementation's max |difference from the exact answer| against a shift added
-    to every key, on a log axis, one panel per precision (e.g. float64 | float16, one shared y axis); returns the Figure.
+    to every key, on a log axis, one panel per precision (e.g. float64 | float16, one shared y axis; each titled by
+    its precision when there are several); returns the Figure.
 
     shifts: the x values; errors: {(name, precision): one error per shift}; one colour, marker and line width per
     name (the first widest: coinciding lines stay visible), the same in both panels. A NaN or inf error is drawn
@@ -280,7 +281,8 @@ def plot_error_vs_shift(shifts, errors, *, ceiling=30.0, floor=1e-17, nudge=0.2,
                             markersize=9, markeredgewidth=1.8, color=colours[name])
             if bad:
                 handles[f"{name}: NaN or inf (drawn at the top)"] = mark
-        ax.set(yscale="log", ylim=(floor, ceiling * 3), xlabel="shift added to every key", title=precision)
+        ax.set(yscale="log", ylim=(floor, ceiling * 3), xlabel="shift added to every key",
+               title=precision if len(precisions) > 1 else None)  # one panel: no precision title
     axes[0, 0].set_ylabel("max |difference from the exact answer|\n(an exact 0 at the bottom)")
     lines = [k for k in handles if k in names] + [k for k in handles if k not in names]
     fig.legend([handles[k] for k in lines], lines, loc="outside right center", fontsize=9)
