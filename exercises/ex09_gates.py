@@ -6,6 +6,11 @@ Dk × Dv matrix per head, and a query reads it as o_t = S_tᵀ q_t / √Dk. Gate
 log_gate <= 0): the state is multiplied by exp(·), a number in (0, 1].
 Do not call minilin here (minilin.gated is the reference the grader compares with; read it once you are done).
 
+Core: start with 9.5 (about 60 minutes: gates in a chunked recurrence, the chapter's core skill), then 9.3
+(about 45). Optional: 9.4 (a short warm-up, about 15 minutes) and the challenges 9.2 (about two hours) and 9.1
+(two to three). Task 9.5 uses notebook 09's section 2 convention, o_t = S_tᵀ q_t with no 1/√Dk; the others use
+the package's scale.
+
 Each task has three hints, from a nudge to the formula. Read one, try, and read the next only if you are stuck.
 """
 import math
@@ -110,7 +115,7 @@ def repeated_write_error(initial_state, k, v, beta, log_alpha, t):
 
 
 def memory_crossover(layers, exact_layers, heads, dim_head, dim_k, dim_v, kv_itemsize, state_itemsize):
-    """Task 9.4: the context length at which exact attention's decoding memory first exceeds a hybrid model's.
+    """Task 9.4 (optional, a short warm-up): the context length at which exact attention's decoding memory first exceeds a hybrid model's.
 
     All ints  ->  a Python int n >= 1, or None
     Two models of `layers` layers with `heads` heads each. Exact attention keeps a KV cache: for every layer,
@@ -136,3 +141,42 @@ def memory_crossover(layers, exact_layers, heads, dim_head, dim_k, dim_v, kv_ite
         the two are equal at a whole number.
     """
     raise NotImplementedError("Task 9.4")
+
+
+def chunked_gated_retention(q, k, v, log_alpha, chunk_size, initial_state=None):
+    """Task 9.5 (core): retention with a data-dependent scalar gate per token and head, in chunks.
+
+    q, k: (B, H, N, Dk), v: (B, H, N, Dv), log_alpha: (B, H, N) <= 0, chunk_size: a positive int (it need not
+    divide N, and may exceed it), initial_state: (B, H, Dk, Dv) or None (zeros)
+    ->  (o (B, H, N, Dv), final state (B, H, Dk, Dv))
+    The recurrence is S_t = α_t S_{t-1} + k_t v_tᵀ, α_t = exp(log_alpha_t), o_t = S_tᵀ q_t, with no 1/√Dk (as
+    notebook 09's chunked_retention; minilin.gated.recurrent_reference(q, k, v, log_decay=log_alpha, scale=1.0)).
+    The gate is the one Mamba-2 and Gated DeltaNet use: one number per head, but chosen by each token.
+    Extends notebook 09, section 2 ("Why chunks"), whose chunked_retention has one constant decay γ per head and
+    whole chunks only: here every token brings its own decay, the last chunk may be shorter, and a state may be
+    handed in. Checked against the token-by-token definition for chunk sizes 1, 3, 4, 10 and 16 with N = 10, with
+    an initial state, Dk != Dv and a ragged last chunk, with gates wide open (log_alpha = 0), with gates that
+    close hard in one head (log gates of −45 to −55 a token over chunks of 16: a chunk's total decay is about
+    e^−800, whose inverse overflows float64, so never form exp(−cumulative log gate) on its own), and for
+    causality (changing tokens 7 and later leaves the outputs before token 7 as they were). The checks record
+    the largest tensor you build (a whole (N × N) matrix per head fails) and count the torch operations on
+    N = 128 tokens with chunks of 8 and of 32: the count must fall with the chunk size, so a loop over the
+    tokens fails, even with the right values.
+
+    Hint 1 (nudge): with a constant γ, the decay between token j and a later token i is γ^(i−j): the product of
+        the i − j decays in between. When each token has its own gate, it is still the product of the gates in
+        between, only no longer a power; in logarithms, a product of gates is a sum.
+    Hint 2 (plan): loop over the chunks (the last may be shorter). In a chunk, the running sum of the chunk's
+        log gates from its start gives b, one number per token and head, (c,) per head. Then the notebook's
+        three pieces, each with its factor read off b: what the incoming state gives token i (decayed from the
+        chunk's start to i), what the chunk's own keys give it (a masked (c × c) weight matrix times the values),
+        and the state handed on (the old state decayed through the whole chunk plus each key, decayed from its
+        token to the chunk's end, times its value).
+    Hint 3 (formula): in words: the weight from key j to query i inside a chunk is the exponential of the
+        difference of the cumulative log-gates at i and at j (j <= i, so it is at most 1), times q_i · k_j; the
+        incoming state is read with the exponential of the cumulative log-gate at i (the sum includes token i's own
+        gate, as γ^(i+1) did); key j reaches the chunk's end with the exponential of the last cumulative log-gate
+        minus the one at j; the state decays by the exponential of the last one. Set the entries above the diagonal
+        to minus infinity before taking the exponential, never after.
+    """
+    raise NotImplementedError("Task 9.5")

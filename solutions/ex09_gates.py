@@ -66,3 +66,19 @@ def memory_crossover(layers, exact_layers, heads, dim_head, dim_k, dim_v, kv_ite
     state = dim_k * dim_v * state_itemsize
     per_token = 2 * dim_head * kv_itemsize
     return state // per_token + 1
+
+
+def chunked_gated_retention(q, k, v, log_alpha, chunk_size, initial_state=None):
+    B, H, N, Dk = q.shape
+    S = q.new_zeros(B, H, Dk, v.shape[-1]) if initial_state is None else initial_state  # (B, H, Dk, Dv)
+    outs = []
+    for first in range(0, N, chunk_size):  # N/C steps; a ragged last chunk holds the remaining tokens
+        Qc, Kc, Vc = (x[:, :, first:first + chunk_size] for x in (q, k, v))  # (B, H, c, D), c <= chunk_size
+        cum = log_alpha[:, :, first:first + chunk_size].cumsum(dim=-1)  # (B, H, c): log α_0 + ... + log α_i
+        c = cum.shape[-1]
+        gap = cum[..., :, None] - cum[..., None, :]  # (B, H, c, c): b_i − b_j, <= 0 on and below the diagonal
+        Gamma = torch.exp(gap.masked_fill(~torch.ones(c, c, dtype=torch.bool, device=q.device).tril(), -math.inf))
+        outs.append(torch.exp(cum)[..., None] * (Qc @ S) + ((Qc @ Kc.transpose(-2, -1)) * Gamma) @ Vc)
+        to_end = torch.exp(cum[..., -1:] - cum)[..., None]  # (B, H, c, 1): key j's decay to the chunk's end
+        S = torch.exp(cum[..., -1])[..., None, None] * S + (to_end * Kc).transpose(-2, -1) @ Vc
+    return torch.cat(outs, dim=2), S

@@ -1,11 +1,14 @@
-"""Checks for exercises/ex09_gates.py (Tasks 9.1-9.4), against minilin.gated's token-by-token definition.
+"""Checks for exercises/ex09_gates.py (Tasks 9.1-9.5), against minilin.gated's token-by-token definition.
 
-All four are extend tasks, the chapter's idea on a case no notebook cell solves: 9.1 (the gated delta rule's
-chunk form, where the notebook derives only the ungated one), 9.2 (the chunked form for GLA's per-feature gates,
-where the notebook derives only a scalar decay), 9.3 (the gated delta rule writing one key again and again: the
-error's closed form) and 9.4 (the context length where exact attention's KV cache passes a hybrid
-model's memory). Every comparison is in float64 on O(1) values, so only round-off (well under the tolerance
-TOL = 1e-10 for the short sequences here) separates a correct answer from the reference.
+All five are extend tasks, the chapter's idea on a case no notebook cell solves. Core: 9.5 (the chapter's core
+skill, gates in a chunked recurrence: notebook 09's chunked retention with a data-dependent scalar gate per token
+and head, cumulative log-gates inside each chunk, a ragged last chunk and an initial state) and 9.3 (the gated
+delta rule writing one key again and again: the error's closed form). Optional: 9.4 (a short warm-up: the
+context length where exact attention's KV cache passes a hybrid model's memory), and the challenges 9.1 (the
+gated delta rule's chunk form, where the notebook derives only the ungated one) and 9.2 (the chunked form for
+GLA's per-feature gates, where the notebook derives only a scalar decay). Every comparison is in float64 on O(1)
+values, so only round-off (well under the tolerance TOL = 1e-10 for the short sequences here) separates a
+correct answer from the reference.
 """
 import torch
 import torch.nn.functional as F
@@ -232,3 +235,62 @@ def memory_crossover(f):
     yield equal(f(8, 8, 4, 64, 64, 64, 2, 4), None, what="None: a hybrid with every layer exact is exact attention")
     yield raises(f(8, 9, 4, 64, 64, 64, 2, 4), "ValueError", why="for more exact layers than layers")
 
+
+
+# --- 9.5 ---------------------------------------------------------------------------------------------------------
+def reference_95(q, k, v, log_alpha, initial_state=None):
+    """The token loop with a scalar gate per token and head, no 1/√Dk (notebook 09's chunked_retention)."""
+    return recurrent_reference(q, k, v, log_decay=log_alpha, scale=1.0, initial_state=initial_state,
+                               return_state=True)
+
+
+def causal(early, late, t):
+    """A step: the outputs before token t are the same when tokens t, t+1, ... change (q, k, v and gates)."""
+    def judge(a, b):
+        outs = [got[0] if isinstance(got, tuple) and got and isinstance(got[0], torch.Tensor) else None
+                for got in (a, b)]
+        expect(all(o is not None and o.ndim == 4 and o.shape[2] > t for o in outs), early,
+               f"returned {kind(a)}; expected (o (B, H, N, Dv), final state)")
+        gap = float((outs[0][:, :, :t] - outs[1][:, :, :t]).abs().max())
+        expect(gap <= 1e-12, late, f"changing tokens {t} and later moved an output before token {t} by {gap:.3g}: "
+               f"o_i may read keys, values and gates of tokens j <= i only. Inside a chunk, mask the weights of "
+               f"keys j > i to zero (mask the exponent to -inf before exp, so no inf · 0 appears)")
+    return check(early, late, judge=judge)
+
+
+@CHAPTER.task("9.5", "chunked_gated_retention", extend=True)
+def chunked_gated_retention(f):
+    """a data-dependent scalar gate in chunks: cumulative log-gates inside each chunk, a ragged last chunk"""
+    q, k, v, la = rand(2, 3, 10, 4, seed=81), rand(2, 3, 10, 4, seed=82), rand(2, 3, 10, 4, seed=83), \
+        log_gates(2, 3, 10, seed=84, shift=1.0)
+    for chunk in (1, 3, 4, 10, 16):
+        yield close(f(q, k, v, la, chunk), reference_95(q, k, v, la),
+                    what=f"minilin.gated.recurrent_reference(q, k, v, log_decay=log_alpha, scale=1.0, "
+                         f"return_state=True): (o, final state), N = 10, Dk = Dv = 4, chunk_size={chunk}")
+    q2, k2, v2 = rand(3, 2, 13, 6, seed=85), rand(3, 2, 13, 6, seed=86), rand(3, 2, 13, 5, seed=87)
+    la2, s0 = log_gates(3, 2, 13, seed=88), rand(3, 2, 6, 5, seed=89)
+    yield close(f(q2, k2, v2, la2, 5, initial_state=s0), reference_95(q2, k2, v2, la2, s0),
+                what="the reference with N = 13, Dk = 6, Dv = 5, an initial state and chunks of 5 (the last one of 3)")
+    yield close(f(q2, k2, v2, torch.zeros_like(la2), 4, initial_state=s0),
+                reference_95(q2, k2, v2, torch.zeros_like(la2), s0),
+                what="log_alpha = 0 (gates wide open): plain causal linear attention from the initial state")
+    # gates that close hard: e^-45 to e^-55 a token, about e^-800 across a chunk of 16 (exp(800) overflows float64)
+    q3, k3, v3 = rand(2, 2, 32, 4, seed=90), rand(2, 2, 32, 4, seed=91), rand(2, 2, 32, 3, seed=92)
+    la3 = -45.0 - 10.0 * torch.rand(2, 2, 32, generator=torch.Generator().manual_seed(93), dtype=torch.float64)
+    la3[:, 1] = log_gates(2, 32, seed=94, shift=2.0)  # the second head keeps its memory
+    s3 = rand(2, 2, 4, 3, seed=95)
+    yield close(f(q3, k3, v3, la3, 16, initial_state=s3), reference_95(q3, k3, v3, la3, s3),
+                what="the reference with log gates of -45 to -55 a token in one head, chunks of 16 (a chunk's "
+                     "total decay about e^-800: its inverse overflows float64, so never form exp(-b_j) alone)")
+    q4, k4, v4 = rand(1, 2, 12, 4, seed=96), rand(1, 2, 12, 4, seed=97), rand(1, 2, 12, 3, seed=98)
+    la4, later = log_gates(1, 2, 12, seed=99), torch.arange(12) >= 7
+    swap = [torch.where(later[:, None], rand(*x.shape, seed=100 + i), x) for i, x in enumerate((q4, k4, v4))]
+    la4b = torch.where(later, log_gates(1, 2, 12, seed=104, shift=-2.0), la4)
+    yield causal(f(q4, k4, v4, la4, 5), f(*swap, la4b, 5), 7)
+    q5, k5, v5 = rand(2, 2, 32, 4, seed=105), rand(2, 2, 32, 4, seed=106), rand(2, 2, 32, 3, seed=107)
+    yield no_square_intermediate(captured(f(q5, k5, v5, log_gates(2, 2, 32, seed=108, shift=2.0), 4),
+                                          "matmul_shapes"), 2, 2, 32)
+    q6, k6, v6 = rand(1, 2, 128, 4, seed=109), rand(1, 2, 128, 4, seed=110), rand(1, 2, 128, 3, seed=111)
+    la6 = log_gates(1, 2, 128, seed=112, shift=2.0)
+    yield work_in_chunks(captured(f(q6, k6, v6, la6, 8), "matmul_shapes"),
+                         captured(f(q6, k6, v6, la6, 32), "matmul_shapes"), 128, 8, 32)

@@ -120,6 +120,46 @@ MUTANTS = {
     "9.4 no checks": (
         "    if not 0 <= exact_layers <= layers:",
         "    if exact_layers < 0:"),
+    # 9.5: the weights factored as exp(b_i)·exp(−b_j): fine for gentle gates, 0·inf = NaN for gates that close hard
+    "9.5 factored exponentials": (
+        "        Gamma = torch.exp(gap.masked_fill(~torch.ones(c, c, dtype=torch.bool, device=q.device).tril(), -math.inf))",
+        "        Gamma = (torch.exp(cum)[..., :, None] * torch.exp(-cum)[..., None, :]).tril()"),
+    # 9.5: an exclusive cumulative sum (the own gate left out): the read of S_in and every weight off by one gate
+    "9.5 cumsum without the own gate": (
+        "        cum = log_alpha[:, :, first:first + chunk_size].cumsum(dim=-1)",
+        "        cum = log_alpha[:, :, first:first + chunk_size].cumsum(dim=-1) - log_alpha[:, :, first:first + chunk_size]"),
+    # 9.5: the carried state read without the decay from the chunk's start (notebook's γ^(i+1) forgotten)
+    "9.5 undecayed read of S_in": (
+        "        outs.append(torch.exp(cum)[..., None] * (Qc @ S) + ((Qc @ Kc.transpose(-2, -1)) * Gamma) @ Vc)",
+        "        outs.append(Qc @ S + ((Qc @ Kc.transpose(-2, -1)) * Gamma) @ Vc)"),
+    # 9.5: the initial state ignored (right when none is given)
+    "9.5 zero start": (
+        "    S = q.new_zeros(B, H, Dk, v.shape[-1]) if initial_state is None else initial_state  # (B, H, Dk, Dv)",
+        "    S = q.new_zeros(B, H, Dk, v.shape[-1])"),
+    # 9.5: the ragged last chunk dropped (right only when chunk_size divides N, as in the notebook's version)
+    "9.5 ragged chunk dropped": (
+        "    for first in range(0, N, chunk_size):  # N/C steps; a ragged last chunk holds the remaining tokens",
+        "    for first in range(0, N - N % chunk_size if chunk_size <= N else N, chunk_size):"),
+    # 9.5: no causal mask inside the chunk (exp(b_i − b_j) > 1 for j > i: later tokens leak into earlier outputs)
+    "9.5 no mask": (
+        "        Gamma = torch.exp(gap.masked_fill(~torch.ones(c, c, dtype=torch.bool, device=q.device).tril(), -math.inf))",
+        "        Gamma = torch.exp(gap)"),
+    # 9.5: right values, but one token at a time whatever chunk_size: N sequential steps, not N/C
+    "9.5 token loop": (
+        "    for first in range(0, N, chunk_size):  # N/C steps; a ragged last chunk holds the remaining tokens\n"
+        "        Qc, Kc, Vc = (x[:, :, first:first + chunk_size] for x in (q, k, v))",
+        "    for first in range(0, N):  # chunk_size ignored\n"
+        "        Qc, Kc, Vc = (x[:, :, first:first + 1] for x in (q, k, v))",
+        "        cum = log_alpha[:, :, first:first + chunk_size].cumsum(dim=-1)",
+        "        cum = log_alpha[:, :, first:first + 1].cumsum(dim=-1)"),
+    # 9.5: right values, but the whole sequence as one chunk: an (N x N) matrix per head
+    "9.5 one chunk": (
+        "    for first in range(0, N, chunk_size):  # N/C steps; a ragged last chunk holds the remaining tokens\n"
+        "        Qc, Kc, Vc = (x[:, :, first:first + chunk_size] for x in (q, k, v))",
+        "    for first in range(0, N, N):\n"
+        "        Qc, Kc, Vc = (x[:, :, first:first + N] for x in (q, k, v))",
+        "        cum = log_alpha[:, :, first:first + chunk_size].cumsum(dim=-1)",
+        "        cum = log_alpha[:, :, first:first + N].cumsum(dim=-1)"),
 }
 
 
@@ -174,3 +214,20 @@ def test_the_mutants_are_right_somewhere():
     assert torch.allclose(write("9.3 unit key", unit_k, vv, bb, la), right(unit_k, vv, bb, la), atol=1e-6)
     assert load("9.4 ceil")["memory_crossover"](16, 4, 8, 96, 64, 80, 2, 4) == 54
     assert load("9.4 states everywhere")["memory_crossover"](10, 0, 4, 32, 48, 40, 4, 4) == 31
+
+
+def test_the_95_mutants_are_right_somewhere():
+    """Task 9.5's mutants, each right on the case it was made to fool: gentle gates, no initial state, whole
+    chunks, or any case at all (the token loop and the one chunk give the right values by the wrong route)."""
+    solved, ns = {}, {}
+    exec(SOLUTION_FILE.read_text(encoding="utf-8"), solved)
+    g = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(2, 2, 8, d, generator=g, dtype=torch.float64) for d in (4, 4, 3))
+    log_alpha = torch.nn.functional.logsigmoid(torch.randn(2, 2, 8, generator=g, dtype=torch.float64) + 1)
+    right = solved["chunked_gated_retention"](q, k, v, log_alpha, 4)
+    for name in ("9.5 factored exponentials", "9.5 zero start", "9.5 ragged chunk dropped", "9.5 token loop",
+                 "9.5 one chunk"):
+        ns = {}
+        exec(mutant(name), ns)
+        for got, expected in zip(ns["chunked_gated_retention"](q, k, v, log_alpha, 4), right):
+            assert torch.allclose(got, expected, atol=1e-12), name
