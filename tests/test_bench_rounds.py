@@ -3,7 +3,9 @@ import numpy as np
 import pytest
 
 from minilin.bench import BenchConfig
-from minilin.bench.rounds import attention_call, interleaved_rounds, paired, show, spread
+import torch
+
+from minilin.bench.rounds import attention_call, interleaved_rounds, paired, show, show_range, spread, time_attention
 
 
 class FakeMachine:
@@ -51,6 +53,16 @@ def test_spread_and_show():
     ratios = [1.0, 2.0, 3.0, 4.0, 5.0]
     assert spread(ratios) == (2.0, 3.0, 4.0)
     assert show(ratios) == "3x [2-4]"
+    assert show_range(ratios) == "3x [1-5]"
+
+
+def test_time_attention_times_every_case_on_one_cpu_thread_and_restores_the_count():
+    cfg = BenchConfig(batch=1, heads=2, dim_head=8, nb_features=16, device="cpu", progress=False)
+    before = torch.get_num_threads()
+    samples = time_attention([("exact", 16), ("sdpa", 16), ("sdpa", 32)], cfg, "cpu", rounds=2, min_block=1e-4)
+    assert set(samples) == {("exact", 16), ("sdpa", 16), ("sdpa", 32)}
+    assert all(len(s) == 2 and min(s) > 0 for s in samples.values())
+    assert torch.get_num_threads() == before
 
 
 def test_bad_arguments_are_refused():

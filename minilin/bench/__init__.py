@@ -40,5 +40,6 @@ from minilin.bench.results import (
     to_frame,
     write_csv,
 )
-from minilin.bench.rounds import attention_call, interleaved_rounds, paired, show, spread, timing_clock
+from minilin.bench.rounds import (MIN_BLOCK, ROUNDS, attention_call, interleaved_rounds, paired, show, show_range, spread, time_attention,
+                                   timing_clock)
 from minilin.bench.sweep import PASSES, BenchConfig, default_model_lengths, run

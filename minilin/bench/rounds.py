@@ -13,7 +13,10 @@ import time
 import numpy as np
 import torch
 
+from minilin.bench.meters import torch_threads
 from minilin.bench.methods import Tensors, attention_fn
+
+ROUNDS, MIN_BLOCK = 10, 0.01  # notebook 06's timed rounds, and seconds of calls per block at least
 
 
 def timing_clock(device):
@@ -80,3 +83,18 @@ def show(ratios):
     """'median [25th-75th percentile]' of per-round ratios, two significant digits."""
     lo, med, hi = spread(ratios)
     return f"{med:.2g}x [{lo:.2g}-{hi:.2g}]"
+
+
+def show_range(ratios):
+    """'median [lowest-highest]' of per-round ratios, two significant digits: every round inside the brackets."""
+    return f"{np.median(ratios):.2g}x [{np.min(ratios):.2g}-{np.max(ratios):.2g}]"
+
+
+def time_attention(cases, cfg, device, *, rounds=ROUNDS, min_block=MIN_BLOCK):
+    """Notebook 06's forward timings: {(name, n): seconds per call, one value per round} for every (name, n) of
+    `cases`, in `interleaved_rounds`, with `attention_call`'s no-grad forward calls of `cfg`'s sizes. On a CPU on
+    one thread (restored after), reading this process's CPU time; on a GPU wall time on torch's threads."""
+    cpu = torch.device(device).type == "cpu"
+    with torch_threads(1 if cpu else None):
+        calls = {(name, n): attention_call(name, n, cfg, device) for name, n in cases}
+        return interleaved_rounds(calls, rounds=rounds, min_block=min_block, clock=timing_clock(device))
