@@ -85,7 +85,7 @@ def lm_loss(logits, targets):
 def mask_for_mlm(tokens, *, generator, mask_prob=0.15):
     """Task 7.4 (optional): BERT's masked-LM corruption -> (corrupted, targets), both shaped like tokens.
 
-    Notebook 07's appendix "why Linformer is not among the swaps" shows that Linformer cannot be causal: it trains
+    Linformer cannot be causal (notebook 03; TinyLM refuses attention="linformer" for a next-byte LM): it trains
     as a masked LM instead (BERT, Devlin et al. 2018, arXiv 1810.04805), on inputs corrupted this way.
     Select each position independently with probability mask_prob.
     A selected position becomes MASK_ID with probability 0.8, a uniformly random byte (0..255, drawn for each

@@ -189,6 +189,10 @@ def wsd_lr(step, *, lr, steps, warmup, decay, min_lr):  # a cosine instead of a 
 def predicted_crossover(heads, head_dim, features):  # counts minilin's log_scale stabiliser as state: 10 at (4, 16, 16)
     return (features * head_dim + 2 * features) // (2 * head_dim) + 1
 """),
+    "7.9-ceil-tie": ("7.9", "predicted_crossover", """import math
+def predicted_crossover(heads, head_dim, features):  # the first t with cache >= state: one early at a tie (5 at (1, 4, 8))
+    return math.ceil((features * head_dim + features) / (2 * head_dim))
+"""),
     "7.4-constant-byte": ("7.4", "mask_for_mlm", """import torch
 def mask_for_mlm(tokens, *, generator, mask_prob=0.15):  # every "random" replacement is one byte
     selected = torch.rand(tokens.shape, generator=generator) < mask_prob
