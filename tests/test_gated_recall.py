@@ -96,7 +96,7 @@ def test_additive_crosstalk_and_delta_trade_error_for_signal(ratio):
 
 @pytest.mark.parametrize("ratio", [0.5, 1])
 def test_a_rewrite_costs_additive_writes_and_not_delta_against_fresh_keys_in_the_same_positions(ratio):
-    """Section 3's recency control: the last P/2 writes are fresh keys instead of rewrites."""
+    """Notebook 09's appendix control for section 3: the last P/2 writes are fresh keys instead of rewrites."""
     P, R = int(ratio * D), int(ratio * D) // 2
     keys, values = unit(P, 30), torch.cat([unit(P, 60), unit(R, 90)], dim=2)
     keys = torch.cat([keys, unit(R, 120)], dim=2)
