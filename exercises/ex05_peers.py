@@ -2,7 +2,7 @@
 implementations agree: write what LAT computes (5.1, a warm-up, and 5.2), move weights between a library and ours
 (5.3, and 5.4 as a warm-up), extend section 1's linear attention (5.6), and predict where LAT's causal clamp starts to
 act and measure it on LAT (5.8: predict, then measure), and catch a layer whose future leaks into its past (5.10).
-Tasks 5.8 and 5.10 are the core; 5.1, 5.2, 5.3, 5.4 and 5.6 are optional.
+Tasks 5.3 and 5.10 are the core; 5.1, 5.2, 5.4, 5.6 and 5.8 are optional.
 
 Implement each function, then grade yourself:  python -m minilin grade --chapter 5
 Shapes follow the course convention: q (B, H, N, D), k (B, H, M, D), v (B, H, M, Dv);
@@ -65,7 +65,7 @@ def causal_efficient_attention(q, k, v):
 
 
 def transplant_into_lat(ours, lat):
-    """Task 5.3 (optional): copy our EfficientSelfAttention's weights into a linear-attention-transformer SelfAttention.
+    """Task 5.3 (core): copy our EfficientSelfAttention's weights into a linear-attention-transformer SelfAttention.
 
     Uses notebook 05, section 2 (LAT's `linear_attn` is ours times a constant) and section 3 (a weight transplant
     is tested by comparing outputs). minilin.peers moves whole LAT stacks the other way: read it once you are done.
@@ -73,16 +73,14 @@ def transplant_into_lat(ours, lat):
     lat:  linear_attention_transformer.linear_attention_transformer.SelfAttention(dim, heads, dim_head=D),
           non-causal, same sizes, random weights.  Returns lat, modified in place, such that
           lat(x) == ours(x) for every x (B, N, dim), with and without a padding mask.
-    Read its `linear_attn`: where does its constant act, and what must the transplant do about it? The checks
-    use two head dimensions, one of them not dim / heads.
+    The checks use two head dimensions, one of them not dim / heads.
 
-    Hint 1 (nudge): both modules have to_q, to_k, to_v and to_out of the same shapes. If the input to their
-        to_out is ours times a constant c, how can to_out undo that constant? Does to_out's bias see it?
-    Hint 2 (plan): without recording gradients, copy what needs no change as it is, and give one layer (to_out
-        is one way) a weight that undoes c; then test at both head sizes, with and without a mask.
-    Hint 3 (formula): a constant factor on the attention output can move through any linear map after it into
-        that map's weight matrix, but not into a bias added after the product, without changing the output. c is not
-        a fitted number: find the line of LAT's `linear_attn` that brings it in and write c in the layer's sizes.
+    Hint 1 (nudge): LAT's output differs from yours by one constant; which of its weights can absorb a constant
+        factor without changing anything else?
+    Hint 2 (plan): read LAT's `linear_attn` to find the constant in the layer's sizes; copy every weight, rescale
+        the one that absorbs it, and compare outputs at both head sizes, with and without a mask.
+    Hint 3 (formula): if a linear map is applied to c times a vector, dividing the map's weight matrix by c, and
+        leaving any bias added after the product alone, gives the same output as the map applied to the vector.
     """
     raise NotImplementedError("Task 5.3")
 
@@ -142,7 +140,7 @@ def chunked_causal_linear_attention(q, k, v, chunk_size, mask=None):
 
 
 def clamp_onset(q, k, bucket_size=1):
-    """Task 5.8 (predict, then measure): below which shift of the keys does LAT's clamp
+    """Task 5.8 (optional; predict, then measure): below which shift of the keys does LAT's clamp
     change its causal output?
 
     Pitfall 2 shifted every key by −12 and saw LAT's causal_linear_attn shrink its outputs; here you predict, for

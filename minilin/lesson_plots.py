@@ -1,9 +1,32 @@
-"""Figures of single notebooks, built from what the notebook measured or read: 05's errors against a key shift,
+"""Figures and printed tables of single notebooks (05's number formats and padding table), built from what the notebook measured or read: 05's errors against a key shift,
 06's timing rounds and memory model, 07's attention maps (and layer-0 weights), 08's rank figure, 10's chunk tiles. The benchmark CSV's plots and tables are in
 `minilin.plots`."""
 import matplotlib.pyplot as plt
 
 from minilin.plots import line_styles
+
+
+def sig(x, digits=3):
+    """x rounded to `digits` significant digits, for printing."""
+    return float(f"{x:.{digits}g}")
+
+
+def bound(x):
+    """A round-off gap as a bound class ("<= 1e-12"), not the last digits of round-off; larger gaps to one digit."""
+    return "<= 1e-12" if x <= 1e-12 else f"≈ {x:.0e}"
+
+
+def reading(x):
+    """A measured gap: exactly 0, a round-off class, or two significant figures."""
+    return "0 (exactly)" if x == 0 else bound(x) if x <= 1e-12 else f"{x:.1e}"
+
+
+def print_table(rows, columns, *, digits=2):
+    """Print {row name: values} under the column titles, each value to `digits` significant digits."""
+    width = max(map(len, rows)) + 1
+    print(" " * width + "".join(f"{title:>{len(title) + 3}s}" for title in columns))
+    for name, values in rows.items():
+        print(f"{name:{width}s}" + "".join(f"{sig(v, digits):>{len(t) + 3}}" for v, t in zip(values, columns)))
 
 
 def plot_timing_rounds(samples, noncausal, causal, *, rounds, suptitle, base=None):

@@ -302,3 +302,13 @@ def test_plot_error_vs_shift_marks_non_finite_errors_at_the_ceiling():
     assert ax16.get_legend() is None and ax64.get_legend() is None
     import matplotlib.pyplot as plt
     plt.close(fig)
+
+
+def test_lesson_number_formats_and_table(capsys):
+    assert lesson_plots.sig(0.012345, 2) == 0.012 and lesson_plots.bound(3e-13) == "<= 1e-12"
+    assert lesson_plots.bound(2e-3) == "≈ 2e-03" and lesson_plots.reading(0.0) == "0 (exactly)"
+    assert lesson_plots.reading(0.33) == "3.3e-01"
+    lesson_plots.print_table({"a": (0.123, 4.0), "longer name": (0.0, 1e-5)}, ("first", "second"))
+    header, row_a, row_b = capsys.readouterr().out.splitlines()
+    assert header.split() == ["first", "second"] and row_a.split() == ["a", "0.12", "4.0"]
+    assert row_b.split() == ["longer", "name", "0.0", "1e-05"] and len(row_a) == len(header)
