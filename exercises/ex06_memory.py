@@ -1,7 +1,8 @@
 """Exercises for notebook 06: memory and time.
 
 Implement each function, then grade yourself:  python -m minilin grade --chapter 6
-Tasks 6.1-6.3 and 6.5 are formulas (6.2 and 6.5 optional): each returns a number computed from sizes alone, and the grader
+Tasks 6.1-6.3 and 6.5 are formulas (the core is 6.3 and 6.4; 6.1, 6.2 and 6.5 are optional): each returns a number
+computed from sizes alone, and the grader
 compares it with what minilin.bench's meters count when minilin's own code runs on meta tensors (notebook 06, section 4;
 for 6.5, FlopCounterMode's count of a blocked causal loop).
 Task 6.4 computes attention's gradients itself (torch only). Sizes: batch B, heads H, N queries, M (or n) keys and values, head
@@ -13,7 +14,8 @@ Each task has three hints, from a nudge to the formula in words. Read one, try, 
 
 
 def exact_saved_bytes(B, H, N, M, D, Dv, itemsize):
-    """Task 6.1 (warm-up): the bytes autograd keeps for the backward pass of exact attention, softmax(q kᵀ / √D) v.
+    """Task 6.1 (optional, a warm-up: the listing of section 2 in your own words): the bytes autograd keeps for the
+    backward pass of exact attention, softmax(q kᵀ / √D) v.
 
     q: (B, H, N, D), k: (B, H, M, D), v: (B, H, M, Dv), no mask, not causal  ->  an int (bytes).
     Notebook 06 (section 2) listed what exact attention saves for N = M and D = Dv in float32; here

@@ -21,6 +21,7 @@ from minilin.bench.meters import (
     measured_saved_bytes,
     model_case,
     saved_storages,
+    storage_key,
     saved_tensor_bytes,
 )
 from minilin.bench.methods import (DEFAULT_METHODS, DTYPES, Tensors, attention_fn, attention_function, get_method,

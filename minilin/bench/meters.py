@@ -25,7 +25,8 @@ from minilin.flops import flop_counter  # its own module, importing only torch
 # ---- memory ------------------------------------------------------------------------------------------------
 
 
-def _storage_key(t):
+def storage_key(t):
+    """A key shared by every view of one buffer (also on meta tensors, which have no data pointer)."""
     return t.untyped_storage()._cdata  # the C++ StorageImpl: views of one buffer share it
 
 
@@ -39,7 +40,7 @@ def saved_storages(fn, *inputs):
     kept = {}
 
     def pack(t):
-        storage, key = t.untyped_storage(), _storage_key(t)
+        storage, key = t.untyped_storage(), storage_key(t)
         if key not in kept:
             kept[key] = (tuple(t.shape), storage.nbytes())
             weakref.finalize(storage, kept.pop, key, None)  # freed: forget it before its address is reused
@@ -88,10 +89,10 @@ class LiveBytes(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
-        seen = {_storage_key(t) for t in _tensors(args) + _tensors(kwargs.values())}
+        seen = {storage_key(t) for t in _tensors(args) + _tensors(kwargs.values())}
         for t in _tensors((out,)):
             storage = t.untyped_storage()
-            key = _storage_key(t)
+            key = storage_key(t)
             if key in seen or key in self.live:  # a view or an in-place result: no new memory
                 continue
             self.live[key] = storage.nbytes()

@@ -1,6 +1,7 @@
 """Checks for exercises/ex06_memory.py (Tasks 6.1-6.5), against minilin's code and minilin.bench's meters.
 
-Task 6.1 generalises notebook 06's saved-bytes count for exact attention to any shape; 6.2 (the saved bytes of
+Task 6.1 (optional, a warm-up) generalises notebook 06's saved-bytes count for exact attention to any shape; 6.2 (the
+saved bytes of
 Linformer, with E = F shared or not) and 6.3 (the length where a linear method's counted FLOPs fall below exact
 attention's) are extend tasks; 6.4 is exact attention's backward pass one block of keys at a time from the saved log-sum-exp
 (the probabilities rebuilt per block, as a fused kernel's backward does), checked against autograd through
