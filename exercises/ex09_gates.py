@@ -97,9 +97,10 @@ def repeated_write_error(initial_state, k, v, beta, log_alpha, t):
     and return the error v − Sᵀ k that remains. Find the closed form: no loop over the t writes.
     Extends notebook 09, section 1 ("Repeated writes to one key"), which runs the writes without a gate (α = 1),
     for a unit key and β <= 1: here a decay acts before every write, the key has any length and β may exceed 1.
-    Checked against the loop for t = 0, 1, 3, 8 with β from 0 to 1.9 (minilin's layers keep β|k|² <= 1; the
-    algebra does not need it) and α from e^-2 to 1, for keys that are not unit length, for α = 1 with β = 0
-    (nothing changes), and for t = 10^6, where the error must have settled (no NaN or inf on the way).
+    Checked against the loop for t = 0, 1, 3, 8 with β from 0 to 1.9 (minilin's layers keep β|k|² <= 1, or 2 with
+    allow_neg_eigval=True; the algebra does not need it) and α from e^-2 to 1, for keys that are not unit length,
+    for α = 1 with β = 0 (nothing changes), and for t = 10^6, where the error must have settled
+    (no NaN or inf on the way).
 
     Hint 1 (nudge): write down what one write does to the readout Sᵀk itself, not to the state.
     Hint 2 (plan): with c = |k|², express the readout after one write through the readout before it: it is a
@@ -172,11 +173,9 @@ def chunked_gated_retention(q, k, v, log_alpha, chunk_size, initial_state=None):
         chunk's start to i), what the chunk's own keys give it (a masked (c × c) weight matrix times the values),
         and the state handed on (the old state decayed through the whole chunk plus each key, decayed from its
         token to the chunk's end, times its value).
-    Hint 3 (formula): in words: the weight from key j to query i inside a chunk is the exponential of the
-        difference of the cumulative log-gates at i and at j (j <= i, so it is at most 1), times q_i · k_j; the
-        incoming state is read with the exponential of the cumulative log-gate at i (the sum includes token i's own
-        gate, as γ^(i+1) did); key j reaches the chunk's end with the exponential of the last cumulative log-gate
-        minus the one at j; the state decays by the exponential of the last one. Set the entries above the diagonal
-        to minus infinity before taking the exponential, never after.
+    Hint 3 (formula): in words: every decay factor in the three pieces is the exponential of a difference of
+        the cumulative log-gates, the later position's minus the earlier one's (the chunk's start counts as 0, so
+        the sum at token i includes its own gate, as γ^(i+1) did). Set the masked entries to minus infinity
+        before taking the exponential, never after.
     """
     raise NotImplementedError("Task 9.5")

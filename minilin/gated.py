@@ -15,8 +15,10 @@ log_alpha (B, H, N) ≤ 0. All are causal: o_t depends on tokens ≤ t only.
 
 `recurrent_reference` runs the recurrence token by token (the definition; tests, notebook 09 and the grader
 compare with it). The functions compute the same thing in chunks of `chunk_size` tokens, with no Python loop
-over tokens (arXiv 2312.06635 §3.2; arXiv 2406.06484 §3.2). Inside a chunk, with b_i the cumulative log
-decay from the chunk's start to token i (so every factor exp(b_i − b_j), j ≤ i, is ≤ 1):
+over tokens (arXiv 2312.06635 §3.2; arXiv 2406.06484 §3.2).
+(the chunk formulas below answer Tasks 9.1, 9.2 and 9.5: read after them)
+Inside a chunk, with b_i the cumulative log decay from the chunk's start to token i (so every factor
+exp(b_i − b_j), j ≤ i, is ≤ 1):
 
     o_i  = exp(b_i) q_i S_0 + Σ_{j ≤ i} (q_i · k_j) exp(b_i − b_j) δ_j         (rows; δ_j = v_j without the delta rule)
     S_C  = exp(b_C) S_0 + Σ_j exp(b_C − b_j) k_j δ_jᵀ
