@@ -1,9 +1,9 @@
 """Exercises for notebook 07. Core: the loss and the schedule of the training loop (Tasks 7.3 and 7.5), the chapter's
 decoding idea on a new attention (Task 7.8: one recurrent step with a state of constant size), a prediction of its
-decoding finding on new sizes (Task 7.9), and a test of one explanation of the swap's cost (Task 7.10, an extend
-task: how much of the cost does a token shift close? predict, then measure). Optional: LM plumbing,
+decoding finding on new sizes (Task 7.9), and a test of one explanation of the swap's cost (Task 7.10:
+how much of the cost does a token shift close? predict, then measure). Optional: data and file handling,
 7.1 (cut text to a byte budget), 7.2 (targets across documents) and 7.6 (checkpoints); 7.4 (masked-LM corruption)
-and 7.7 (nucleus sampling, an extend task: use the idea on a new case).
+and 7.7 (nucleus sampling: use the idea on a new case).
 
 Implement each function, then grade yourself:  python -m minilin grade --chapter 7
 Conventions (see minilin/data.py): tokens are UTF-8 bytes (ids 0..255), MASK_ID = 256 marks a hidden
@@ -21,7 +21,7 @@ IGNORE = -100
 
 
 def truncate_utf8(ids, max_bytes):
-    """Task 7.1 (optional, LM plumbing): the longest prefix of UTF-8 bytes within max_bytes that cuts no character.
+    """Task 7.1 (optional, data handling): the longest prefix of UTF-8 bytes within max_bytes that cuts no character.
 
     Uses notebook 07, section 1 ("Bytes are tokens") on a case it does not solve: the notebook shows that a cut in
     the middle of a character decodes to U+FFFD; here you cut a text to a byte budget (a context window, a field of
@@ -43,7 +43,7 @@ def truncate_utf8(ids, max_bytes):
 
 
 def shift_with_documents(window, eos):
-    """Task 7.2 (optional, LM plumbing): next-byte inputs and targets for a window that holds several documents.
+    """Task 7.2 (optional, data handling): next-byte inputs and targets for a window that holds several documents.
 
     Uses notebook 07, section 2 ("Batches and the shift") on a case it does not solve: packed training data puts
     documents one after another, each ended by an `eos` byte. The byte after an `eos` starts a new, unrelated
@@ -85,7 +85,7 @@ def lm_loss(logits, targets):
 def mask_for_mlm(tokens, *, generator, mask_prob=0.15):
     """Task 7.4 (optional): BERT's masked-LM corruption -> (corrupted, targets), both shaped like tokens.
 
-    Linformer cannot be causal (notebook 03; TinyLM refuses attention="linformer" for a next-byte LM): it trains
+    Linformer cannot be causal (notebook 03): it trains
     as a masked LM instead (BERT, Devlin et al. 2018, arXiv 1810.04805), on inputs corrupted this way.
     Select each position independently with probability mask_prob.
     A selected position becomes MASK_ID with probability 0.8, a uniformly random byte (0..255, drawn for each
@@ -131,7 +131,7 @@ def wsd_lr(step, *, lr, steps, warmup, decay, min_lr):
 
 
 def save_checkpoint(obj, path):
-    """Task 7.6 (a, optional, LM plumbing): torch.save `obj` to `path` atomically.
+    """Task 7.6 (a, optional, file handling): torch.save `obj` to `path` atomically.
 
     Saves the state of a training loop like section 5's (the package's `train` checkpoints the same way).
     A crash (or an object that fails to pickle) half-way through must never leave a truncated file at `path`:
@@ -151,7 +151,7 @@ def save_checkpoint(obj, path):
 
 
 def load_checkpoint(path):
-    """Task 7.6 (b, optional, LM plumbing): load a checkpoint without running arbitrary code (weights only).
+    """Task 7.6 (b, optional, file handling): load a checkpoint without running arbitrary code (weights only).
 
     Loads what Task 7.6 (a) saves.
     A pickle can execute anything when loaded; loading with weights_only=True accepts only tensors and plain
@@ -223,7 +223,7 @@ def predicted_crossover(heads, head_dim, features):
 
     Notebook 07, section 7 measures one case: at its sizes, after 64 bytes, the cache of exact attention holds more
     numbers than the state of linear attention, which does not grow. The state per head is S (features x head_dim)
-    and z (features), as in Transformers are RNNs (minilin's log_scale, a stabiliser for Performer, is not counted).
+    and z (features), as in Transformers are RNNs (the package adds a scalar stabiliser; ignore it).
     Predict, for any sizes, without building a model: the smallest number of tokens t >= 1 after which, in every
     layer and head, the key/value cache holds MORE numbers than the state, for a linear attention with `features`
     features per head (elu+1: features = head_dim; Performer: features = m).
@@ -247,7 +247,7 @@ def predicted_crossover(heads, head_dim, features):
 
 
 def shifted_linear_mix(q, k, v, mu):
-    """Task 7.10 (predict, then measure; an extend task): causal elu+1 linear attention whose keys and values are
+    """Task 7.10 (predict, then measure): causal elu+1 linear attention whose keys and values are
     first mixed with the previous position's (token shift, as in RWKV).
 
     Tests one explanation of the swap's cost at notebook 07's 400 steps: the linear model grew no layer-0
