@@ -503,7 +503,8 @@ def test_release_grades_the_students_files_and_its_tests_pass(release):
                             "--basetemp", str(release.parent / "inner-pytest")],
                            cwd=release, capture_output=True, text=True, timeout=1500, env=learner_env)
     failed = [line for line in tests.stdout.splitlines() if line.startswith(("FAILED", "ERROR"))]
-    assert tests.returncode == 0, "\n".join(failed) + "\n" + tests.stdout[-3000:]
+    failures = tests.stdout.split("= FAILURES =", 1)[-1][:6000] if "= FAILURES =" in tests.stdout else ""
+    assert tests.returncode == 0, "\n".join(failed) + "\n" + failures + "\n" + tests.stdout[-3000:]
     # chapter 1 holds the learner's work, yet the stub side still runs (on stubs built pristine): no XPASS, no skip
     xfailed = int(next(w for w in tests.stdout.split(",") if "xfailed" in w).split()[0])
     assert xfailed >= len(TASKS) and "xpass" not in tests.stdout.lower(), tests.stdout[-3000:]
