@@ -67,8 +67,9 @@ def causal_efficient_attention(q, k, v):
 def transplant_into_lat(ours, lat):
     """Task 5.3 (core): copy our EfficientSelfAttention's weights into a linear-attention-transformer SelfAttention.
 
-    Uses notebook 05, section 2 (LAT's `linear_attn` is ours times a constant) and section 3 (a weight transplant
-    is tested by comparing outputs). minilin.peers moves whole LAT stacks the other way: read it once you are done.
+    Uses notebook 05, section 2 (LAT's `linear_attn` is ours times one constant c) and section 3 (a weight transplant
+    is tested by comparing outputs). Find c in LAT's source, as a function of the layer's sizes.
+    minilin.peers moves whole LAT stacks the other way: read it once you are done.
     ours: minilin.efficient.EfficientSelfAttention(dim, heads, dim_head=D) (no q/k/v bias)
     lat:  linear_attention_transformer.linear_attention_transformer.SelfAttention(dim, heads, dim_head=D),
           non-causal, same sizes, random weights.  Returns lat, modified in place, such that
@@ -79,8 +80,9 @@ def transplant_into_lat(ours, lat):
         factor without changing anything else?
     Hint 2 (plan): read LAT's `linear_attn` to find the constant in the layer's sizes; copy every weight, rescale
         the one that absorbs it, and compare outputs at both head sizes, with and without a mask.
-    Hint 3 (formula): if a linear map is applied to c times a vector, dividing the map's weight matrix by c, and
-        leaving any bias added after the product alone, gives the same output as the map applied to the vector.
+    Hint 3 (formula): LAT's non-causal kernel scales each query's weights by one over the square root of the head
+        size; a constant factor in front of a linear map's input can be moved into that map's weight matrix (its
+        bias is added after the product).
     """
     raise NotImplementedError("Task 5.3")
 

@@ -150,7 +150,8 @@ def fit_previous_token(n, d, *, steps=400, lr=0.1, seed=0):
     """Q, K (1, 1, n, d) float64, trained by Adam so that non-causal efficient attention copies the previous token.
 
     Maximises the mean of A[i, i-1] over i = 1..n-1, A = ρ_q(Q) ρ_k(K)ᵀ, from standard normal Q, K (seed `seed`).
-    That mean is at most d/(n-1) for any Q, K (notebook 05, Appendix B); a few hundred steps reach it.
+    That mean is at most d/(n-1) for any Q, K (the d distributions of ρ_k(K) hold one target's weight each); a few
+    hundred steps reach it.
     """
     g = torch.Generator().manual_seed(seed)
     q, k = (torch.randn(n, d, generator=g, dtype=torch.float64).requires_grad_() for _ in range(2))

@@ -87,6 +87,19 @@ def transplant_into_lat(ours, lat):  # √8: right only for the notebook's head 
         lat.to_out.bias.copy_(ours.to_out.bias)
     return lat
 """),
+    "5.3-dim-over-heads": ("5.3", "transplant_into_lat", """import torch
+def transplant_into_lat(ours, lat):  # √(dim / heads): right only when the head dimension is dim / heads
+    with torch.no_grad():
+        for name in ("to_q", "to_k", "to_v"):
+            getattr(lat, name).weight.copy_(getattr(ours, name).weight)
+        lat.to_out.weight.copy_(ours.to_out.weight * (ours.dim / ours.heads) ** 0.5)
+        lat.to_out.bias.copy_(ours.to_out.bias)
+    return lat
+"""),
+    "5.3-no-rescale": ("5.3", "transplant_into_lat", """def transplant_into_lat(ours, lat):  # every weight copied, LAT's constant left in
+    lat.load_state_dict(ours.state_dict(), strict=False)
+    return lat
+"""),
     "5.3-package-adapter": ("5.3", "transplant_into_lat", """from minilin.peers import lat_self_attention_from_ours
 def transplant_into_lat(ours, lat):  # right values, from the package's adapter: the honesty rule refuses it
     lat.load_state_dict(lat_self_attention_from_ours(ours).state_dict())
