@@ -30,9 +30,8 @@ def convex_copy_map(sources, k):
     Hint 2 (plan): find a map that decodes well and breaks the form only because some of its weights are
         negative. Ask what making them non-negative does to every row of A F, and whether one of the k slots could
         be spent on undoing that.
-    Hint 3 (formula): row j of A F is the sum, over the k slots, of A's weight on the slot times that slot's row
-        of F. Raise every weight in a row by the same amount c: the row of A F gains c times the sum of F's rows.
-        What must that sum be for the decode not to notice, and what does that cost you in rank?
+    Hint 3 (formula): row j of A F is the sum over the k slots of A[j, s] F[s]. Write out what adding the same
+        c to every A[j, s] does to that row.
     """
     raise NotImplementedError("Task 8.1")
 
