@@ -35,7 +35,8 @@ def plot_timing_rounds(samples, noncausal, causal, *, rounds, suptitle, base=Non
     samples: {(method, n): seconds per call, one value per round}; noncausal, causal: method names (either may be
     empty: its panels are left out); base: the baseline of the ratio panel (default: the first of `causal`; None
     with no causal methods: no ratio panel). Panels: forward time per call of the non-causal and of the causal
-    methods (median of the rounds, band: min-max over the rounds of this one run), then each other method of base's group as a
+    methods (median of the rounds; band: min-max over the rounds of this one run, drawn only without a ratio
+    panel), then each other method of base's group as a
     paired ratio, baseline time / method time in the same round (median, bar: min-max over the rounds; above 1: faster).
     """
     import matplotlib.ticker
@@ -57,12 +58,14 @@ def plot_timing_rounds(samples, noncausal, causal, *, rounds, suptitle, base=Non
             lo, med, hi = (np.array(x) for x in zip(*(spread(samples[name, n]) for n in ns)))
             ax.plot(ns, med * 1e3, label=name, linewidth=2.2, linestyle=("-", "--", "-.", ":")[i % 4],
                     markersize=max(10.0 - 1.2 * i, 4.0), **styles[name])
-            ax.fill_between(ns, lo * 1e3, hi * 1e3, color=styles[name]["color"], alpha=0.25, lw=0)
+            if not base:  # with a ratio panel its bars show the spread; bands here would only overlap
+                ax.fill_between(ns, lo * 1e3, hi * 1e3, color=styles[name]["color"], alpha=0.25, lw=0)
         ax.set(xscale="log", yscale="log", xlabel="sequence length n", ylabel="forward time per call (ms)",
-               title=f"{kind}: median of {rounds} rounds,\nband: min-max over rounds, one run")
+               title=f"{kind}: median of {rounds} rounds" + ("" if base else ",\nband: min-max over rounds, one run"))
         ax.set_xscale("log", base=2)
         ax.xaxis.set_major_formatter(plain)
         ax.legend(fontsize=8, loc="upper left")
+        ax.yaxis.set_major_locator(matplotlib.ticker.LogLocator(base=10, subs=(1, 2, 5)))  # 1, 2, 5, 10, 20, ...
         ax.yaxis.set_major_formatter(plain)
         ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())  # plain numbers only, no 3x10^0 beside 4
     if not base:

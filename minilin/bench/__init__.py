@@ -2,7 +2,7 @@
 
     names     method names over the registry (minilin.variants), the default sweep       parse_method, Method
     methods   a name -> fn(q, k, v) by its variant's builder, the tensor factory          get_method, Tensors
-    meters    saved bytes, live bytes, FLOPs (also on device="meta"), timers     saved_tensor_bytes, model_case
+    meters    saved bytes, live bytes, bytes moved, FLOPs (also on "meta"), timers  saved_tensor_bytes, model_case
     sweep     every method × length, interleaved medians, slow / out-of-memory rows      BenchConfig, run
     rounds    interleaved timing rounds, paired per-round ratios (notebook 06)    interleaved_rounds, paired
     results   the CSV schema, load / write, series, growth exponents, crossovers         load_csv, growth_exponent
@@ -15,6 +15,7 @@
 from minilin.bench.cli import QUICK, build_parser, config_from_args, main, parse_bytes, parse_lengths
 from minilin.bench.meters import (
     LiveBytes,
+    Traffic,
     allocator_peak,
     block_timer,
     flop_counter,
@@ -23,6 +24,7 @@ from minilin.bench.meters import (
     saved_storages,
     storage_key,
     saved_tensor_bytes,
+    torch_threads,
 )
 from minilin.bench.methods import (DEFAULT_METHODS, DTYPES, Tensors, attention_fn, attention_function, get_method,
                                    resolve_dtype)
