@@ -31,7 +31,7 @@ def chunked_gated_delta(q, k, v, beta, log_alpha, chunk_size, initial_state=None
     Checked against the token-by-token definition for chunk sizes 1, 3, 4, 10 and 16 with N = 10, with an
     initial state and Dk != Dv, with α = 1 (the plain delta rule), with β = 0 (the initial state only fades),
     with keys that are not unit length, and with gates that close almost completely (log decays of −100 to −120
-    a token: never form exp(+cumulative log decay) on its own). The checks also record the largest tensor you
+    a token: never form exp(±cumulative log decay) on its own). The checks also record the largest tensor you
     build (a whole (N × N) matrix per head fails) and count the torch operations on N = 128 tokens with chunks of
     8 and of 32: the count must fall with the chunk size, so a loop over the tokens fails.
 
@@ -65,7 +65,8 @@ def chunked_gla(q, k, v, log_gate, chunk_size, initial_state=None):
     be pulled out of the product q_i · k_j. Checked against the token-by-token definition for chunk sizes 1, 3,
     4, 10 and 16 with N = 10, with an initial state and Dk != Dv, with gates wide open (log_gate = 0), and with
     gates that close almost completely (log gates of −100 to −120 a token: a chunk's total decay is e^−800,
-    whose inverse overflows float64, so never form exp(+cumulative log gate) on its own). The checks record the
+    whose inverse overflows float64, so never form exp(±cumulative log gate) on its own: GLA's factorised scores,
+    (Q ⊙ e^b)(K ⊙ e^−b)ᵀ with b the cumulative log gate, are exact on paper but overflow). The checks record the
     largest tensor you build: one as large as a whole (N × N) matrix per head fails. They also count the torch
     operations you run on N = 128 tokens with chunks of 8 and of 32: the count must fall with the chunk size (about
     N/C steps, each a few batched operations), so a loop over the tokens fails, even with the right values.
