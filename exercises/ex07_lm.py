@@ -270,7 +270,7 @@ def shifted_linear_mix(q, k, v, mu):
     seeds 0, 1 and 2 (`train_lm(mix, seed=s)`, a minute or more per run on a laptop CPU), the shifted model
     (`lambda q, k, v: shifted_linear_mix(q, k, v, 0.5)`) and a second baseline: exact attention on the same shifted
     keys and values (your own mixing step: the shift, then `causal_softmax_mix`). Plain exact and plain linear
-    attention on these seeds are in the first appendix's stored table. Take each gap seed by seed (the runs are
+    attention on these seeds are in the appendix's stored table. Take each gap seed by seed (the runs are
     paired), against both baselines: plain exact, and exact on shifted keys and values. Evidence is a change in the
     gap larger than the spread of that gap over the three seeds; one seed cannot tell "the shift replaces the
     missing head" from "the shift helps both attentions".

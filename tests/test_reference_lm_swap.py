@@ -16,7 +16,7 @@ def runs(name, index):
 
 
 def claims(grid):
-    """The first appendix's statements about a (lr, seed) x mixing table; the failed ones by name."""
+    """The appendix's statements about its rate grid, a (lr, seed) x mixing table; the failed ones by name."""
     lo, hi = grid.groupby("lr").min(), grid.groupby("lr").max()
     checks = {
         "no run ends in NaN": grid.notna().all().all(),
@@ -63,7 +63,7 @@ def test_the_two_byte_control_is_the_same_recipe():
 
     seeds = runs("lm_swap_long.csv", ["step", "seed"])["exact"].unstack("seed")
     ahead = long - seeds[long.columns]                                   # the fixed read minus exact, seed by seed
-    assert (ahead.loc[400] > 0).all() and (ahead.loc[1600] > 0.3).all()  # the first appendix's claims
+    assert (ahead.loc[400] > 0).all() and (ahead.loc[1600] > 0.3).all()  # the appendix's claims
 
 
 def test_the_notebooks_seed_0_run_is_the_stored_one():
