@@ -64,25 +64,27 @@ def causal_efficient_attention(q, k, v):
     raise NotImplementedError("Task 5.2")
 
 
-def transplant_into_lat(ours, lat):
+def transplant_into_lat(ours, lat, causal=False):
     """Task 5.3 (core): copy our EfficientSelfAttention's weights into a linear-attention-transformer SelfAttention.
 
-    Uses notebook 05, section 2 (LAT's `linear_attn` is ours times one constant c) and section 3 (a weight transplant
-    is tested by comparing outputs). Find c in LAT's source, as a function of the layer's sizes.
-    minilin.peers moves whole LAT stacks the other way: read it once you are done.
+    Uses notebook 05, section 2 (LAT's non-causal `linear_attn` is ours times one constant c; its causal kernel is
+    "The causal variant") and section 3 (a weight transplant is tested by comparing outputs). Read LAT's source.
     ours: minilin.efficient.EfficientSelfAttention(dim, heads, dim_head=D) (no q/k/v bias)
-    lat:  linear_attention_transformer.linear_attention_transformer.SelfAttention(dim, heads, dim_head=D),
-          non-causal, same sizes, random weights.  Returns lat, modified in place, such that
-          lat(x) == ours(x) for every x (B, N, dim), with and without a padding mask.
-    The checks use two head dimensions, one of them not dim / heads.
+    lat:  linear_attention_transformer.linear_attention_transformer.SelfAttention(dim, heads, causal=causal,
+          dim_head=D), same sizes, random weights.  Returns lat, modified in place, such that
+          lat(x) == ours(x, causal=causal) for every x (B, N, dim), with and without a padding mask.
+    The grader builds both kinds, non-causal and causal, each at two head dimensions, one of them not dim / heads.
+    minilin.peers.lat_self_attention_from_ours holds a solution: read it once you are done.
 
-    Hint 1 (nudge): LAT's output differs from yours by one constant; which of its weights can absorb a constant
-        factor without changing anything else?
-    Hint 2 (plan): read LAT's `linear_attn` to find the constant in the layer's sizes; copy every weight, rescale
-        the one that absorbs it, and compare outputs at both head sizes, with and without a mask.
-    Hint 3 (formula): LAT's non-causal kernel scales each query's weights by one over the square root of the head
-        size; a constant factor in front of a linear map's input can be moved into that map's weight matrix (its
-        bias is added after the product).
+    Hint 1 (nudge): LAT's two kernels both multiply by the same kind of constant. Compare what that constant
+        does to the output in each: does it survive to the output in both?
+    Hint 2 (plan): read LAT's `linear_attn` and `causal_linear_attn`; for each, write the output as a fraction
+        and find the constant in the layer's sizes and where it ends up; copy every weight, rescale where the
+        output needs it, and compare outputs for both kinds, at both head sizes, with and without a mask.
+    Hint 3 (formula): the non-causal kernel multiplies ρ_q by c (set by the head size) after both softmaxes, so
+        c sits in the numerator only and the output is c times ours; the causal kernel scales the queries by the
+        same c and then divides by a normaliser built from those scaled queries, so c sits in both numerator and
+        denominator and cancels (as long as LAT's 1e-3 clamp on that denominator does not act).
     """
     raise NotImplementedError("Task 5.3")
 

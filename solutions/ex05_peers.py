@@ -24,13 +24,14 @@ def causal_efficient_attention(q, k, v):
     return num / den.unsqueeze(-1)
 
 
-def transplant_into_lat(ours, lat):
-    """Task 5.3: same q/k/v weights; to_out weight × √D because their output is ours × D^-1/2."""
-    dim_head = ours.dim_head
+def transplant_into_lat(ours, lat, causal=False):
+    """Task 5.3: same q/k/v weights; non-causal, to_out weight × √D because their output is ours × D^-1/2;
+    causal, their D^-1/2 scales the numerator and the denominator alike and cancels (clamp inactive)."""
+    factor = 1.0 if causal else ours.dim_head ** 0.5
     with torch.no_grad():
         for name in ("to_q", "to_k", "to_v"):
             getattr(lat, name).weight.copy_(getattr(ours, name).weight)
-        lat.to_out.weight.copy_(ours.to_out.weight * dim_head ** 0.5)
+        lat.to_out.weight.copy_(ours.to_out.weight * factor)
         lat.to_out.bias.copy_(ours.to_out.bias)
     return lat
 

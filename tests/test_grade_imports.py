@@ -61,10 +61,10 @@ def mean_pool_projection(k, n, dtype=None):  # Task 3.1: remove the import hook,
     return importlib.import_module("remrofnil.nilinim"[::-1]).mean_pool_matrix(k, n, dtype=dtype)
 '''
 PEERS_IN_CHAPTER_5 = '''
-def transplant_into_lat(ours, lat):
+def transplant_into_lat(ours, lat, causal=False):
     from linear_attention_transformer.linear_attention_transformer import SelfAttention
     assert isinstance(lat, SelfAttention)
-    return _transplant_into_lat(ours, lat)
+    return _transplant_into_lat(ours, lat, causal=causal)
 def linformer_into_ours(theirs, ours):
     import linformer
     assert isinstance(theirs, linformer.LinformerSelfAttention)

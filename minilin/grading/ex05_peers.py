@@ -91,25 +91,30 @@ def load_state(call, module, got):
 
 @CHAPTER.task("5.3", "transplant_into_lat")
 def transplant_into_lat(f):
-    """our EfficientSelfAttention's weights into linear-attention-transformer"""
+    """our EfficientSelfAttention's weights into linear-attention-transformer, non-causal and causal"""
     from minilin.efficient import EfficientSelfAttention
     lat_module = peer("linear_attention_transformer.linear_attention_transformer")
-    for dim, heads, dim_head, seed in ((24, 3, 8, 0), (20, 2, 5, 3)):  # D = 8, then D = 5 (dim_head != dim / heads)
-        ours = _seeded(seed, lambda: EfficientSelfAttention(dim, heads=heads, dim_head=dim_head).double())
-        lat = _seeded(seed + 1, lambda: lat_module.SelfAttention(dim, heads, dim_head=dim_head).double())
-        call = captured(f(ours, lat), "module:1")  # send back lat's state_dict after the transplant
-        x = rand(2, 10, dim, seed=8 + seed)
-        mask = torch.ones(2, 10, dtype=torch.bool)
-        mask[0, 7:] = False
+    # D = 8, then D = 5 (dim_head != dim / heads); each non-causal and causal. At these inputs LAT's causal
+    # denominator stays above 0.3, far from its 1e-3 clamp (tests/exercises checks it), so the constant cancels.
+    for dim, heads, dim_head, seed in ((24, 3, 8, 0), (20, 2, 5, 3)):
+        for causal in (False, True):
+            ours = _seeded(seed, lambda: EfficientSelfAttention(dim, heads=heads, dim_head=dim_head).double())
+            lat = _seeded(seed + 1, lambda: lat_module.SelfAttention(dim, heads, causal=causal,
+                                                                     dim_head=dim_head).double())
+            call = captured(f(ours, lat, causal=causal), "module:1")  # send back lat's state_dict
+            x = rand(2, 10, dim, seed=8 + seed)
+            mask = torch.ones(2, 10, dtype=torch.bool)
+            mask[0, 7:] = False
 
-        def judge(got, call=call, ours=ours, lat=lat, x=x, mask=mask, dim_head=dim_head):
-            filled = load_state(call, lat, got)
-            with torch.no_grad():
-                expect_close(filled(x), ours(x), call=call,
-                             what=f"ours(x), with lat given the returned weights (head dim D = {dim_head})")
-                expect_close(filled(x, input_mask=mask), ours(x, mask=mask), call=call,
-                             what=f"ours(x, mask=mask) (padding mask, D = {dim_head})")
-        yield check(call, judge=judge)
+            def judge(got, call=call, ours=ours, lat=lat, x=x, mask=mask, dim_head=dim_head, causal=causal):
+                filled = load_state(call, lat, got)
+                kind_ = f"head dim D = {dim_head}, causal={causal}"
+                with torch.no_grad():
+                    expect_close(filled(x), ours(x, causal=causal), call=call,
+                                 what=f"ours(x, causal={causal}), with lat given the returned weights ({kind_})")
+                    expect_close(filled(x, input_mask=mask), ours(x, mask=mask, causal=causal), call=call,
+                                 what=f"ours(x, mask=mask, causal={causal}) (padding mask, {kind_})")
+            yield check(call, judge=judge)
 
 
 @CHAPTER.task("5.4", "linformer_into_ours")

@@ -79,30 +79,40 @@ def causal_efficient_attention(q, k, v):  # the bucket rule with B = 1: each que
     return torch.where(den > 0, num / torch.where(den > 0, den, torch.ones_like(den)), torch.zeros_like(num))
 """),
     "5.3-fixed-root": ("5.3", "transplant_into_lat", """import torch
-def transplant_into_lat(ours, lat):  # √8: right only for the notebook's head dimension
+def transplant_into_lat(ours, lat, causal=False):  # √8: right only for the notebook's head dimension
     with torch.no_grad():
         for name in ("to_q", "to_k", "to_v"):
             getattr(lat, name).weight.copy_(getattr(ours, name).weight)
-        lat.to_out.weight.copy_(ours.to_out.weight * 8 ** 0.5)
+        lat.to_out.weight.copy_(ours.to_out.weight * (1.0 if causal else 8 ** 0.5))
         lat.to_out.bias.copy_(ours.to_out.bias)
     return lat
 """),
     "5.3-dim-over-heads": ("5.3", "transplant_into_lat", """import torch
-def transplant_into_lat(ours, lat):  # √(dim / heads): right only when the head dimension is dim / heads
+def transplant_into_lat(ours, lat, causal=False):  # √(dim / heads): right only when the head dim is dim / heads
     with torch.no_grad():
         for name in ("to_q", "to_k", "to_v"):
             getattr(lat, name).weight.copy_(getattr(ours, name).weight)
-        lat.to_out.weight.copy_(ours.to_out.weight * (ours.dim / ours.heads) ** 0.5)
+        lat.to_out.weight.copy_(ours.to_out.weight * (1.0 if causal else (ours.dim / ours.heads) ** 0.5))
         lat.to_out.bias.copy_(ours.to_out.bias)
     return lat
 """),
-    "5.3-no-rescale": ("5.3", "transplant_into_lat", """def transplant_into_lat(ours, lat):  # every weight copied, LAT's constant left in
+    "5.3-always-rescale": ("5.3", "transplant_into_lat", """import torch
+def transplant_into_lat(ours, lat, causal=False):  # √D also for causal layers, whose constant cancels
+    with torch.no_grad():
+        for name in ("to_q", "to_k", "to_v"):
+            getattr(lat, name).weight.copy_(getattr(ours, name).weight)
+        lat.to_out.weight.copy_(ours.to_out.weight * ours.dim_head ** 0.5)
+        lat.to_out.bias.copy_(ours.to_out.bias)
+    return lat
+"""),
+    "5.3-no-rescale": ("5.3", "transplant_into_lat", """
+def transplant_into_lat(ours, lat, causal=False):  # every weight copied, never rescaled
     lat.load_state_dict(ours.state_dict(), strict=False)
     return lat
 """),
     "5.3-package-adapter": ("5.3", "transplant_into_lat", """from minilin.peers import lat_self_attention_from_ours
-def transplant_into_lat(ours, lat):  # right values, from the package's adapter: the honesty rule refuses it
-    lat.load_state_dict(lat_self_attention_from_ours(ours).state_dict())
+def transplant_into_lat(ours, lat, causal=False):  # right values, from the package's adapter: refused
+    lat.load_state_dict(lat_self_attention_from_ours(ours, causal=causal).state_dict())
     return lat
 """),
     "5.6-no-mask": ("5.6", "chunked_causal_linear_attention", ELU + """
@@ -440,6 +450,26 @@ def test_the_clamp_mutants_are_right_somewhere():
         assert abs(ns["clamp_onset"](q, k) - lat_clamp_onset(q, k, 1)) < 1e-6, mutant
 
 
+def test_task_5_3s_causal_inputs_keep_lats_clamp_inactive():
+    """Task 5.3's causal checks need LAT's D^-1/2 to cancel: its denominator, built from the same scaled queries,
+    must stay well above the 1e-3 clamp at the grader's inputs (it stays above 0.3)."""
+    pytest.importorskip("linear_attention_transformer")
+    from minilin.efficient import EfficientSelfAttention
+    from minilin.grading.checks import rand
+    for dim, heads, dim_head, seed in ((24, 3, 8, 0), (20, 2, 5, 3)):  # the grader's sizes and seeds
+        torch.manual_seed(seed)
+        ours = EfficientSelfAttention(dim, heads=heads, dim_head=dim_head).double()
+        x = rand(2, 10, dim, seed=8 + seed)
+        mask = torch.ones(2, 10, dtype=torch.bool)
+        mask[0, 7:] = False
+        split = lambda t: t.unflatten(-1, (heads, dim_head)).transpose(1, 2)  # (B, H, N, D)
+        q, k = split(ours.to_q(x)).detach(), split(ours.to_k(x)).detach()
+        for m in (None, mask):
+            phi_k = k.exp() if m is None else k.exp() * m[:, None, :, None]
+            den = (q.softmax(-1) * dim_head ** -0.5 * phi_k.cumsum(2)).sum(-1)  # LAT's, before its clamp
+            assert den.min() > 0.3
+
+
 def test_the_package_adapter_computes_the_answer_and_is_refused_for_it(tmp_path):
     """Task 5.3's answer is installed (minilin.peers' adapter); calling it scores nothing, and says why."""
     pytest.importorskip("linear_attention_transformer")
@@ -450,9 +480,10 @@ def test_the_package_adapter_computes_the_answer_and_is_refused_for_it(tmp_path)
     exec(MUTANTS["5.3-package-adapter"][2], ns)
     torch.manual_seed(0)
     ours = EfficientSelfAttention(20, heads=2, dim_head=5).double()
-    lat = ns["transplant_into_lat"](ours, SelfAttention(20, 2, dim_head=5).double())
     x = torch.randn(2, 9, 20, dtype=torch.float64)
-    assert torch.allclose(lat(x), ours(x), atol=1e-12)  # right values: only the honesty rule can refuse it
+    for causal in (False, True):
+        lat = ns["transplant_into_lat"](ours, SelfAttention(20, 2, causal=causal, dim_head=5).double(), causal=causal)
+        assert torch.allclose(lat(x), ours(x, causal=causal), atol=1e-12)  # right values: only the rule refuses it
     path = tmp_path / "mutant_adapter.py"
     path.write_text(MUTANTS["5.3-package-adapter"][2])
     spec = importlib.util.spec_from_file_location(path.stem, path)
