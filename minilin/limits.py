@@ -429,6 +429,19 @@ def long_k16(reference=REFERENCE):
     return curves, {m.removeprefix("decode_"): dict(zip(d.seed, d.val_acc)) for m, d in dec.groupby("measure")}
 
 
+def width_k16(reference=REFERENCE):
+    """Notebook 08's section 5 by head width: {d_h: {seed: final accuracy}} of k = 16 from the selection start at lr 0.01,
+    1200 steps, with heads of d_h dimensions (limits_copy_width.csv; d_h = 32, MODEL's, from limits_copy_long_lr1e-2.csv)."""
+    out = {}
+    for name in ("limits_copy_width.csv", "limits_copy_long_lr1e-2.csv"):
+        g = read_grid(name, reference)
+        g = g[(g.measure == "val_acc") & (g.step == g.step.max())]
+        for model, runs in g.groupby("model"):
+            d_h = int(model.rsplit("d_h=", 1)[1]) if "d_h=" in model else MODEL["dim"] // MODEL["heads"]
+            out[d_h] = dict(zip(runs.seed.astype(int), runs.val_acc))
+    return dict(sorted(out.items()))
+
+
 def load_recall_grid(name="limits_recall_scattered.csv", reference=REFERENCE, step=None):
     """{(model, pairs): {seed: accuracy}} of a committed recall grid, at the final step or at `step`."""
     g = read_grid(name, reference)

@@ -3,6 +3,7 @@
     python tests/limits_copy_long.py                         # k = 16, 32, 64, selection start, lr 3e-3, 1200 steps
     python tests/limits_copy_long.py --steps 1200 --seeds 0 1 2 --ks 16 32 64
     python tests/limits_copy_long.py --ks 16 --lr 0.01 --decode --out results/reference/limits_copy_long_lr1e-2.csv
+    python tests/limits_copy_long.py --ks 16 --lr 0.01 --dim-head 8 --out /tmp/dh8.csv   # narrower heads
 
 Notebook 08 trains Linformers from the selection start at k = 16, 32, 64 for 400 steps (limits_copy_fixes.csv) and
 sets them (controls appendix) beside the trained k = 64 model with its map cut per head to rank r. At 400 steps the k = 16 and 32 curves
@@ -10,6 +11,8 @@ are still rising, so this script trains the same runs (`minilin.limits.run`, the
 only `steps` changed) for longer, and cuts the longer k = 64 model's map per head to rank r too. With --decode, each
 trained model below k = S also gets section 5's argmax decode of its own map (`limits.map_decode`, 32 validation inputs,
 generator seed 7): rows with measure decode_head0, decode_head1 and decode_sum (the two heads summed).
+With --dim-head d, every head has d dimensions instead of MODEL's 32 (so d_v = d), and the model's name ends ", d_h=d":
+notebook 08's width check (limits_copy_width.csv), where all a rank-k head passes on is the k x d_v numbers of F V.
 Same columns as tests/limits_runs.py; the file opens with `# key: value` lines: command, machine, date, sizes, and
 each run's wall time is in `train_s`. Read with pandas.read_csv(comment="#").
 """
@@ -24,6 +27,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
+
+from dataclasses import replace  # noqa: E402
 
 import torch  # noqa: E402
 
@@ -42,6 +47,7 @@ def main(argv=None):
     p.add_argument("--ks", type=int, nargs="+", default=[16, 32, 64])
     p.add_argument("--lr", type=float, default=None, help="default: the sweep's rate, limits.SWEEP['lr']")
     p.add_argument("--decode", action="store_true", help="add the argmax decode of each k < S model's own map")
+    p.add_argument("--dim-head", type=int, default=None, help="heads of this many dimensions (default: MODEL's 32)")
     p.add_argument("--out", type=Path, default=ROOT / "results" / "reference" / "limits_copy_long.csv")
     args = p.parse_args(argv)
     torch.set_num_threads(1)
@@ -49,10 +55,13 @@ def main(argv=None):
     sizes = {**limits.COPY, "steps": args.steps, "eval_every": 100}
     by_name = {c.name: c for c in (*limits.copy_contenders(ks=(), selection_ks=(32, 64)), *limits.sweep_contenders())}
     todo = [(by_name[f"Linformer k={k}, selection init"], seed) for seed in args.seeds for k in args.ks]
+    if args.dim_head is not None:
+        todo = [(replace(c, name=f"{c.name}, d_h={args.dim_head}", shape=(*c.shape, ("dim_head", args.dim_head))), seed)
+                for c, seed in todo]
     write_header(args.out, [f"command: python tests/limits_copy_long.py {' '.join(shlex.quote(a) for a in argv)}",
                             f"machine: {machine_line()}", f"date: {time.strftime('%Y-%m-%d %H:%M:%S %z')}",
                             f"sizes: {sizes}; model {limits.MODEL}; lr {lr}; seeds {tuple(args.seeds)}; "
-                            f"ks {tuple(args.ks)}; runs {len(todo)}"])
+                            f"ks {tuple(args.ks)}; dim_head {args.dim_head or 'default'}; runs {len(todo)}"])
     for c, seed in todo:
         t0 = time.perf_counter()
         h = limits.run(c, task, sizes, lr=lr, seed=seed)

@@ -263,3 +263,15 @@ def test_long_k16_reads_section_5s_curves_and_decodes():
     assert sum(acc[-1] >= 0.95 for _, acc in curves[1e-2].values()) == 1
     assert sorted(decode) == ["head0", "head1", "sum"] and all(sorted(d) == [0, 1, 2] for d in decode.values())
     assert decode["sum"][0] < curves[1e-2][0][1][-1] - 0.3                 # the map's argmax decodes far less
+
+
+def test_width_k16_reads_the_committed_head_width_runs():
+    """limits_copy_width.csv (notebook 08, section 5): the lr 0.01 k = 16 recipe with heads of 8 and 16 dimensions,
+    seeds 0, 1, 2, 1200 steps; width_k16 adds MODEL's 32 from limits_copy_long_lr1e-2.csv."""
+    text = (ROOT / "results" / "reference" / "limits_copy_width.csv").read_text()
+    assert "command: python tests/limits_copy_long.py --ks 16 --lr 0.01 --dim-head 8" in text and "--dim-head 16" in text
+    assert "machine:" in text and "'steps': 1200" in text
+    width = limits.width_k16()
+    assert list(width) == [8, 16, 32] and all(sorted(a) == [0, 1, 2] for a in width.values())
+    assert width[32] == {s: a[-1] for s, (_, a) in limits.long_k16()[0][1e-2].items()}
+    assert max(width[8].values()) < min(width[32].values())            # the notebook's "narrower heads end lower"
