@@ -8,7 +8,7 @@ Do not call minilin here (minilin.gated is the reference the grader compares wit
 
 Core: start with 9.5 (about 60 minutes: gates in a chunked recurrence, the chapter's core skill), then 9.3
 (about 45). Optional: 9.4 (a short warm-up, about 15 minutes) and the challenges 9.2 (about two hours) and 9.1
-(two to three). Task 9.5 uses notebook 09's section 2 convention, o_t = S_tᵀ q_t with no 1/√Dk; the others use
+(two to three). Task 9.5 uses notebook 09's section 2 convention, o_t = S_tᵀ q_t with no 1/√Dk; 9.1 and 9.2 use
 the package's scale.
 
 Each task has three hints, from a nudge to the formula. Read one, try, and read the next only if you are stuck.

@@ -234,6 +234,7 @@ def memory_crossover(f):
         yield check(call, judge=crossover)
     yield equal(f(8, 8, 4, 64, 64, 64, 2, 4), None, what="None: a hybrid with every layer exact is exact attention")
     yield raises(f(8, 9, 4, 64, 64, 64, 2, 4), "ValueError", why="for more exact layers than layers")
+    yield raises(f(8, -1, 4, 64, 64, 64, 2, 4), "ValueError", why="for a negative number of exact layers")
 
 
 

@@ -120,6 +120,10 @@ MUTANTS = {
     "9.4 no checks": (
         "    if not 0 <= exact_layers <= layers:",
         "    if exact_layers < 0:"),
+    # 9.4: only too many exact layers rejected, not a negative count
+    "9.4 no negative check": (
+        "    if not 0 <= exact_layers <= layers:",
+        "    if exact_layers > layers:"),
     # 9.5: the weights factored as exp(b_i)·exp(−b_j): fine for gentle gates, 0·inf = NaN for gates that close hard
     "9.5 factored exponentials": (
         "        Gamma = torch.exp(gap.masked_fill(~torch.ones(c, c, dtype=torch.bool, device=q.device).tril(), -math.inf))",
