@@ -4,6 +4,7 @@
     saved_tensor_bytes  their bytes added up
     LiveBytes           a TorchDispatchMode adding each new storage and subtracting it when freed: the peak
     Traffic             a TorchDispatchMode adding the bytes each operator reads and writes: eager HBM traffic
+    OpTimes             a TorchDispatchMode adding the CPU time of each operator
     allocator_peak      the CPU allocator's own peak during a call (torch.profiler), kernel workspaces included
     flop_counter        torch's FlopCounterMode, plus the fused CPU flash-attention kernel (matmul-like ops only)
     model_case          all three on device="meta": shapes flow through every op, nothing is allocated
@@ -122,6 +123,21 @@ class Traffic(TorchDispatchMode):
         return out
 
 
+class OpTimes(TorchDispatchMode):
+    """CPU seconds (`time.process_time`) spent in each aten operator run inside the mode: `seconds[name]`."""
+
+    def __init__(self):
+        super().__init__()
+        self.seconds = {}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        t0 = time.process_time()
+        out = func(*args, **(kwargs or {}))
+        name = func.overloadpacket.__name__
+        self.seconds[name] = self.seconds.get(name, 0.0) + time.process_time() - t0
+        return out
+
+
 @contextlib.contextmanager
 def _quiet_fd2():
     """Silence file descriptor 2 (C++ log lines, which Python's sys.stderr never sees) for the block."""
@@ -200,6 +216,17 @@ def _model_case(method, n, cfg):
     return {"model_saved_bytes": saved, "model_peak_fwd_bytes": peak_fwd,
             "model_peak_fwdbwd_bytes": live.peak, "model_flops_fwd": flops_fwd,
             "model_flops_fwdbwd": flops.get_total_flops()}
+
+
+def operator_bytes(method, n, cfg):
+    """Bytes one no-grad forward's operators read and write (`Traffic`), on the meta device: each operator's inputs
+    plus outputs, not the traffic inside a fused kernel."""
+    make = Tensors("meta", resolve_dtype(cfg.dtype), cfg.seed)
+    fn = attention_fn(method, n, cfg, make)
+    q, k, v = case_inputs(cfg, n, make, requires_grad=False)
+    with torch.no_grad(), Traffic() as traffic:
+        fn(q, k, v)
+    return traffic.moved
 
 
 def measured_saved_bytes(method, n, cfg, device=None):
