@@ -380,3 +380,16 @@ def test_every_timed_method_keeps_the_shape_and_sdpa_equals_exact():
         assert out[name].shape == q.shape and torch.isfinite(out[name]).all(), name
     assert torch.allclose(out["sdpa"], out["exact"], atol=1e-5)
     assert torch.allclose(out["sdpa-causal"], out["exact-causal"], atol=1e-5)
+
+
+def test_saved_roles_names_inputs_output_probabilities_and_log_sum_exp():
+    import torch.nn.functional as F
+
+    from minilin.attention import softmax_attention
+    from minilin.bench import saved_roles
+    q, k, v = (torch.randn(1, 2, 16, 8, requires_grad=True) for _ in range(3))
+    named = {"input q": q, "input k": k, "input v": v}
+    exact = sorted(role for _, _, role in saved_roles(softmax_attention, named)[0])
+    assert exact == ["input k", "input q", "input v", "the probabilities P"]
+    sdpa = sorted(role for _, _, role in saved_roles(F.scaled_dot_product_attention, named)[0])
+    assert sdpa == ["input k", "input q", "input v", "one log-sum-exp per query and head", "the output"]

@@ -23,6 +23,7 @@ from minilin.bench.meters import (
     measured_saved_bytes,
     model_case,
     operator_bytes,
+    saved_roles,
     saved_storages,
     storage_key,
     saved_tensor_bytes,

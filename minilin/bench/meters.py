@@ -55,6 +55,21 @@ def saved_storages(fn, *inputs):
     return kept, out
 
 
+def saved_roles(fn, named):
+    """([(shape, bytes, role)] of what autograd saves while running fn on `named`'s tensors ({label: tensor}, in call
+    order), fn's output). A saved input or the output is named by its buffer, an (..., N, N) matrix is "the
+    probabilities P", a (B, H, N) tensor "one log-sum-exp per query and head", anything else "other"."""
+    inputs = list(named.values())
+    kept, out = saved_storages(fn, *inputs)
+    roles = {**{storage_key(t): label for label, t in named.items()}, storage_key(out): "the output"}
+    n, rows = inputs[0].shape[-2], []
+    for key, (shape, nbytes) in kept.items():
+        guess = ("the probabilities P" if shape[-2:] == (n, n) else
+                 "one log-sum-exp per query and head" if shape == tuple(inputs[0].shape[:-1]) else "other")
+        rows.append((shape, nbytes, roles.get(key, guess)))
+    return rows, out
+
+
 def saved_tensor_bytes(fn, *inputs):
     """(bytes autograd saves for backward while running fn(*inputs), fn's output): `saved_storages`, added up."""
     kept, out = saved_storages(fn, *inputs)
