@@ -357,3 +357,39 @@ def test_traffic_counts_each_operators_reads_and_writes_and_no_views():
     with Traffic() as t:
         m.exp()                                     # on meta: shapes and dtypes only
     assert t.moved == 2 * 8 * 2
+
+
+def test_operator_bytes_counts_sdpas_inputs_output_and_log_sum_exp_only():
+    from minilin.bench import BenchConfig, operator_bytes
+    cfg = BenchConfig(batch=1, heads=2, dim_head=8, nb_features=16, device="cpu", progress=False)
+    assert operator_bytes("sdpa", 64, cfg) == 4 * 2 * 64 * 8 * 4 + 2 * 64 * 4   # q, k, v, out; one lse per row
+    assert operator_bytes("exact", 64, cfg) > 2 * 2 * 64 * 64 * 4               # the scores are written and read
+
+
+def test_every_timed_method_keeps_the_shape_and_sdpa_equals_exact():
+    """Notebook 06's timed methods, causal and not: (B, H, N, D) in, the same shape out, finite; sdpa is exact."""
+    from minilin.bench import BenchConfig, Tensors, attention_fn
+    cfg = BenchConfig(batch=1, heads=8, dim_head=64, nb_features=256, device="cpu", progress=False)
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 8, 64, 64, generator=g) for _ in range(3))
+    out = {}
+    for name in ("exact", "sdpa", "linformer-k128", "performer", "linear", "efficient", "exact-causal", "sdpa-causal",
+                 "performer-causal", "linear-causal"):
+        with torch.no_grad():
+            out[name] = attention_fn(name, 64, cfg, Tensors("cpu", torch.float32, cfg.seed))(q, k, v)
+        assert out[name].shape == q.shape and torch.isfinite(out[name]).all(), name
+    assert torch.allclose(out["sdpa"], out["exact"], atol=1e-5)
+    assert torch.allclose(out["sdpa-causal"], out["exact-causal"], atol=1e-5)
+
+
+def test_saved_roles_names_inputs_output_probabilities_and_log_sum_exp():
+    import torch.nn.functional as F
+
+    from minilin.attention import softmax_attention
+    from minilin.bench import saved_roles
+    q, k, v = (torch.randn(1, 2, 16, 8, requires_grad=True) for _ in range(3))
+    named = {"input q": q, "input k": k, "input v": v}
+    exact = sorted(role for _, _, role in saved_roles(softmax_attention, named)[0])
+    assert exact == ["input k", "input q", "input v", "the probabilities P"]
+    sdpa = sorted(role for _, _, role in saved_roles(F.scaled_dot_product_attention, named)[0])
+    assert sdpa == ["input k", "input q", "input v", "one log-sum-exp per query and head", "the output"]

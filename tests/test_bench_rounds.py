@@ -76,3 +76,27 @@ def test_attention_call_runs_a_method_forward():
     cfg = BenchConfig(batch=1, heads=2, dim_head=8, nb_features=16, device="cpu", progress=False)
     samples = interleaved_rounds({("exact", 32): attention_call("exact", 32, cfg, "cpu")}, rounds=2, min_block=1e-4)
     assert len(samples["exact", 32]) == 2 and all(s > 0 for s in samples["exact", 32])
+
+
+def test_machine_balance_returns_positive_finite_rates_from_the_work_it_times():
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from minilin.bench.rounds import machine_balance
+    matmul, copy = machine_balance("cpu", size=64, copy_numel=4096, rounds=2, min_block=1e-3)
+    assert np.isfinite(matmul) and np.isfinite(copy) and matmul > 0 and copy > 0
+    ticks = iter(range(10**6))  # a clock that advances one second per reading: every call then takes one second
+    matmul, copy = machine_balance("cpu", size=64, copy_numel=4096, rounds=2, min_block=0.5,
+                                   clock=lambda: float(next(ticks)))
+    a = torch.randn(64, 64)
+    with FlopCounterMode(display=False) as counter:
+        torch.mm(a, a, out=torch.empty(64, 64))
+    assert matmul == counter.get_total_flops() == 2 * 64**3  # FLOPs of the product it ran, per second
+    assert copy == 2 * 4096 * 4                                # a float32 read and written per number
+
+
+def test_where_time_goes_splits_cpu_time_and_operators():
+    from minilin.bench.rounds import where_time_goes
+    a = torch.randn(128, 128)
+    found = where_time_goes(lambda: (a @ a).exp(), number=2)
+    assert 0 <= found["system share"] <= 1 and found["faults per call"] >= 0
+    assert set(found["op share"]) >= {"mm", "exp"} and abs(sum(found["op share"].values()) - 1) < 1e-9

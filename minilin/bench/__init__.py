@@ -15,12 +15,15 @@
 from minilin.bench.cli import QUICK, build_parser, config_from_args, main, parse_bytes, parse_lengths
 from minilin.bench.meters import (
     LiveBytes,
+    OpTimes,
     Traffic,
     allocator_peak,
     block_timer,
     flop_counter,
     measured_saved_bytes,
     model_case,
+    operator_bytes,
+    saved_roles,
     saved_storages,
     storage_key,
     saved_tensor_bytes,
@@ -43,6 +46,6 @@ from minilin.bench.results import (
     to_frame,
     write_csv,
 )
-from minilin.bench.rounds import (MIN_BLOCK, ROUNDS, attention_call, interleaved_rounds, paired, show, show_range, spread, time_attention,
-                                   timing_clock)
+from minilin.bench.rounds import (MIN_BLOCK, ROUNDS, attention_call, interleaved_rounds, machine_balance, paired, show,
+                                   show_range, spread, time_attention, timing_clock, where_time_goes)
 from minilin.bench.sweep import PASSES, BenchConfig, default_model_lengths, run

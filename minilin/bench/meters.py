@@ -4,6 +4,7 @@
     saved_tensor_bytes  their bytes added up
     LiveBytes           a TorchDispatchMode adding each new storage and subtracting it when freed: the peak
     Traffic             a TorchDispatchMode adding the bytes each operator reads and writes: eager HBM traffic
+    OpTimes             a TorchDispatchMode adding the CPU time of each operator
     allocator_peak      the CPU allocator's own peak during a call (torch.profiler), kernel workspaces included
     flop_counter        torch's FlopCounterMode, plus the fused CPU flash-attention kernel (matmul-like ops only)
     model_case          all three on device="meta": shapes flow through every op, nothing is allocated
@@ -52,6 +53,21 @@ def saved_storages(fn, *inputs):
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         out = fn(*inputs)
     return kept, out
+
+
+def saved_roles(fn, named):
+    """([(shape, bytes, role)] of what autograd saves while running fn on `named`'s tensors ({label: tensor}, in call
+    order), fn's output). A saved input or the output is named by its buffer, an (..., N, N) matrix is "the
+    probabilities P", a (B, H, N) tensor "one log-sum-exp per query and head", anything else "other"."""
+    inputs = list(named.values())
+    kept, out = saved_storages(fn, *inputs)
+    roles = {**{storage_key(t): label for label, t in named.items()}, storage_key(out): "the output"}
+    n, rows = inputs[0].shape[-2], []
+    for key, (shape, nbytes) in kept.items():
+        guess = ("the probabilities P" if shape[-2:] == (n, n) else
+                 "one log-sum-exp per query and head" if shape == tuple(inputs[0].shape[:-1]) else "other")
+        rows.append((shape, nbytes, roles.get(key, guess)))
+    return rows, out
 
 
 def saved_tensor_bytes(fn, *inputs):
@@ -119,6 +135,21 @@ class Traffic(TorchDispatchMode):
         if not (func.is_view or func is torch.ops.aten._unsafe_view.default):
             self.moved += sum(t.numel() * t.element_size()
                               for t in _tensors(args) + _tensors(kwargs.values()) + _tensors((out,)))
+        return out
+
+
+class OpTimes(TorchDispatchMode):
+    """CPU seconds (`time.process_time`) spent in each aten operator run inside the mode: `seconds[name]`."""
+
+    def __init__(self):
+        super().__init__()
+        self.seconds = {}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        t0 = time.process_time()
+        out = func(*args, **(kwargs or {}))
+        name = func.overloadpacket.__name__
+        self.seconds[name] = self.seconds.get(name, 0.0) + time.process_time() - t0
         return out
 
 
@@ -200,6 +231,17 @@ def _model_case(method, n, cfg):
     return {"model_saved_bytes": saved, "model_peak_fwd_bytes": peak_fwd,
             "model_peak_fwdbwd_bytes": live.peak, "model_flops_fwd": flops_fwd,
             "model_flops_fwdbwd": flops.get_total_flops()}
+
+
+def operator_bytes(method, n, cfg):
+    """Bytes one no-grad forward's operators read and write (`Traffic`), on the meta device: each operator's inputs
+    plus outputs, not the traffic inside a fused kernel."""
+    make = Tensors("meta", resolve_dtype(cfg.dtype), cfg.seed)
+    fn = attention_fn(method, n, cfg, make)
+    q, k, v = case_inputs(cfg, n, make, requires_grad=False)
+    with torch.no_grad(), Traffic() as traffic:
+        fn(q, k, v)
+    return traffic.moved
 
 
 def measured_saved_bytes(method, n, cfg, device=None):

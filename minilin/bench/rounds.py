@@ -13,7 +13,7 @@ import time
 import numpy as np
 import torch
 
-from minilin.bench.meters import torch_threads
+from minilin.bench.meters import OpTimes, torch_threads
 from minilin.bench.methods import Tensors, attention_fn
 
 ROUNDS, MIN_BLOCK = 10, 0.01  # notebook 06's timed rounds, and seconds of calls per block at least
@@ -22,6 +22,30 @@ ROUNDS, MIN_BLOCK = 10, 0.01  # notebook 06's timed rounds, and seconds of calls
 def timing_clock(device):
     """The clock of the rounds: CPU time of this process on a CPU, wall time on a GPU."""
     return time.process_time if torch.device(device).type == "cpu" else time.perf_counter
+
+
+def machine_balance(device, *, size=1024, copy_numel=2**24, rounds=10, min_block=0.05, clock=None):
+    """This machine's peak rates: (matrix-product FLOP/s, copy bytes/s), each from its best round.
+
+    A (size x size) @ (size x size) product, 2 size^3 FLOPs, and a copy of `copy_numel` float32 numbers, each read
+    and written (8 bytes a number), timed in `interleaved_rounds` on the rounds' clock (default `timing_clock`),
+    on one CPU thread on a CPU.
+    """
+    cuda = torch.device(device).type == "cuda"
+    a, prod = torch.randn(size, size, device=device), torch.empty(size, size, device=device)
+    src, dest = torch.randn(copy_numel, device=device), torch.empty(copy_numel, device=device)
+
+    def timed(fn):
+        def call():
+            fn()
+            if cuda:
+                torch.cuda.synchronize()
+        return call
+    with torch_threads(None if cuda else 1):
+        seconds = interleaved_rounds({("matmul", 0): timed(lambda: torch.mm(a, a, out=prod)),
+                                      ("copy", 0): timed(lambda: dest.copy_(src))}, rounds=rounds,
+                                     min_block=min_block, clock=clock or timing_clock(device))
+    return 2 * size**3 / min(seconds["matmul", 0]), 2 * src.nbytes / min(seconds["copy", 0])
 
 
 def attention_call(name, n, cfg, device):
@@ -88,6 +112,27 @@ def show(ratios):
 def show_range(ratios):
     """'median [lowest-highest]' of per-round ratios, two significant digits: every round inside the brackets."""
     return f"{np.median(ratios):.2g}x [{np.min(ratios):.2g}-{np.max(ratios):.2g}]"
+
+
+def where_time_goes(call, *, number=3):
+    """Where a CPU call's time goes: {"system share": the system's share of this process's CPU time over `number`
+    calls (page faults of fresh buffers are served there), "faults per call": minor page faults per call,
+    "op share": {aten operator: its share of the operators' CPU time in one more call}}. Unix only (`resource`)."""
+    import resource
+
+    def usage():
+        r = resource.getrusage(resource.RUSAGE_SELF)
+        return r.ru_utime, r.ru_stime, r.ru_minflt
+    call()
+    u0, s0, f0 = usage()
+    for _ in range(number):
+        call()
+    u1, s1, f1 = usage()
+    with OpTimes() as ops:
+        call()
+    total = sum(ops.seconds.values())
+    return {"system share": (s1 - s0) / max(u1 - u0 + s1 - s0, 1e-9), "faults per call": (f1 - f0) / number,
+            "op share": {op: t / total for op, t in sorted(ops.seconds.items(), key=lambda x: -x[1])}}
 
 
 def time_attention(cases, cfg, device, *, rounds=ROUNDS, min_block=MIN_BLOCK):
