@@ -430,8 +430,7 @@ def long_k16(reference=REFERENCE):
 
 
 def width_k16(reference=REFERENCE):
-    """Notebook 08's section 5 by head width: {d_h: {seed: final accuracy}} of k = 16 from the selection start at lr 0.01,
-    1200 steps, with heads of d_h dimensions (limits_copy_width.csv; d_h = 32, MODEL's, from limits_copy_long_lr1e-2.csv)."""
+    """{d_h: {seed: final accuracy}}: notebook 08's 1200-step k = 16 run (lr 0.01) at head width d_h (limits_copy_width.csv)."""
     out = {}
     for name in ("limits_copy_width.csv", "limits_copy_long_lr1e-2.csv"):
         g = read_grid(name, reference)
