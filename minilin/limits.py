@@ -430,8 +430,8 @@ def long_k16(reference=REFERENCE):
 
 
 def width_k16(reference=REFERENCE):
-    """Notebook 08's section 5 by head width: {d_h: {seed: final accuracy}} of k = 16 from the selection start at lr 0.01,
-    1200 steps, with heads of d_h dimensions (limits_copy_width.csv; d_h = 32, MODEL's, from limits_copy_long_lr1e-2.csv)."""
+    """Notebook 08's appendix "probes of the 1200-step model", by head width: {d_h: {seed: final accuracy}} of k = 16
+    from the selection start at lr 0.01, 1200 steps, with heads of d_h dimensions (limits_copy_width.csv; d_h = 32, MODEL's, from limits_copy_long_lr1e-2.csv)."""
     out = {}
     for name in ("limits_copy_width.csv", "limits_copy_long_lr1e-2.csv"):
         g = read_grid(name, reference)
