@@ -430,7 +430,7 @@ def long_k16(reference=REFERENCE):
 
 
 def width_k16(reference=REFERENCE):
-    """{d_h: {seed: final accuracy}}: notebook 08's 1200-step k = 16 run (lr 0.01) at head width d_h (limits_copy_width.csv)."""
+    """{d_h: {seed: final accuracy}}: notebook 08's 1200-step k = 16 run (lr 0.01) at head width d_h (its probes appendix)."""
     out = {}
     for name in ("limits_copy_width.csv", "limits_copy_long_lr1e-2.csv"):
         g = read_grid(name, reference)
