@@ -16,19 +16,14 @@ log_alpha (B, H, N) ≤ 0. All are causal: o_t depends on tokens ≤ t only.
 `recurrent_reference` runs the recurrence token by token (the definition; tests, notebook 09 and the grader
 compare with it). The functions compute the same thing in chunks of `chunk_size` tokens, with no Python loop
 over tokens (arXiv 2312.06635 §3.2; arXiv 2406.06484 §3.2).
-(the chunk formulas below answer Tasks 9.1, 9.2 and 9.5: read after them)
-Inside a chunk, with b_i the cumulative log decay from the chunk's start to token i (so every factor
-exp(b_i − b_j), j ≤ i, is ≤ 1):
-
-    o_i  = exp(b_i) q_i S_0 + Σ_{j ≤ i} (q_i · k_j) exp(b_i − b_j) δ_j         (rows; δ_j = v_j without the delta rule)
-    S_C  = exp(b_C) S_0 + Σ_j exp(b_C − b_j) k_j δ_jᵀ
+The chunk formulas are in `_scan`'s docstring (notebook 09, section 2 derives them; read after Tasks 9.1, 9.2, 9.5).
 
 With no decay or a scalar decay per head (linear attention, retention, a Mamba-2 gate) the states between
 chunks come from `minilin.linear.chunk_states`, with no Python loop over chunks; a per-feature gate (GLA) and
 the delta rule (a (Dk × Dk) matrix per chunk) carry S between chunks in a Python loop. The delta rule's δ_j = β_j (v_j − α_j S_{j−1}ᵀ k_j)
 depends on the state one token earlier; written for a whole chunk it is one unit lower-triangular solve (the
 WY/UT representation, arXiv 2406.06484 eq. 7-11; notebook 09 derives it without the gate, and Task 9.1 asks for
-the gated form, so this file is best read after that task). A per-feature gate (GLA) makes exp(b_i − b_j) a vector; it is factored as exp(b_i)·exp(−b_j) when a
+the gated form, so this file is best read after that task). A per-feature gate (GLA) makes `_scan`'s exp(b_i − b_j) a vector; it is factored as exp(b_i)·exp(−b_j) when a
 chunk's total decay stays within half the dtype's exponent range (44 in float32, 354 in float64), and
 computed entry by entry otherwise (slower, never overflowing).
 
@@ -245,7 +240,14 @@ def _guarded(p, d):
 
 
 def _scan(q, k, v, log_decay, beta, initial_state, chunk_size):
-    """The chunked form of recurrent_reference (module docstring); q already scaled, all one dtype."""
+    """The chunked form of recurrent_reference (module docstring); q already scaled, all one dtype.
+
+    Inside a chunk, with b_i the cumulative log decay from the chunk's start to token i (so every factor
+    exp(b_i − b_j), j ≤ i, is ≤ 1):
+
+        o_i  = exp(b_i) q_i S_0 + Σ_{j ≤ i} (q_i · k_j) exp(b_i − b_j) δ_j         (rows; δ_j = v_j without the delta rule)
+        S_C  = exp(b_C) S_0 + Σ_j exp(b_C − b_j) k_j δ_jᵀ
+    """
     B, H, N, Dk = q.shape
     Dv = v.shape[-1]
     state = q.new_zeros(B, H, Dk, Dv) if initial_state is None else initial_state.to(q.dtype)
