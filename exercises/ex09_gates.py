@@ -127,7 +127,7 @@ def memory_crossover(layers, exact_layers, heads, dim_head, dim_k, dim_v, kv_ite
     counts it that way; states are often kept in float32 while the cache is bfloat16). Return the smallest
     context length n at which the exact model keeps strictly more bytes than the hybrid; None when the hybrid has
     no recurrent layer; raise ValueError when exact_layers is not between 0 and layers.
-    Extends notebook 09, section 4 (state bytes against the KV cache as the context grows), which compares a
+    Extends Task 7.9 and notebook 09, section 4 (state bytes against the KV cache as the context grows), which compares a
     fully recurrent model with exact attention. Checked on seven models (bfloat16, float32 and float64 caches,
     dim_k != dim_v, some crossovers landing on a whole number), by the bytes at n and at n − 1.
 
