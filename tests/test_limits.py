@@ -266,7 +266,7 @@ def test_long_k16_reads_section_5s_curves_and_decodes():
 
 
 def test_width_k16_reads_the_committed_head_width_runs():
-    """limits_copy_width.csv (notebook 08, section 5): the lr 0.01 k = 16 recipe with heads of 8 and 16 dimensions,
+    """limits_copy_width.csv (notebook 08, appendix: probes of the 1200-step model): the lr 0.01 k = 16 recipe with heads of 8 and 16 dimensions,
     seeds 0, 1, 2, 1200 steps; width_k16 adds MODEL's 32 from limits_copy_long_lr1e-2.csv."""
     text = (ROOT / "results" / "reference" / "limits_copy_width.csv").read_text()
     assert "command: python tests/limits_copy_long.py --ks 16 --lr 0.01 --dim-head 8" in text and "--dim-head 16" in text
