@@ -363,7 +363,8 @@ RUN_AUTOGRADER = """#!/usr/bin/env bash
 # Gradescope runs this for every submission (written by `python -m minilin release --gradescope`): it grades a
 # copy of /autograder/submission with minilin's grader and writes /autograder/results/results.json (one test
 # per task, points from rubric.toml). AUTOGRADER_ROOT and AUTOGRADER_PYTHON replace /autograder and the
-# Python that setup.sh installed, to try the bundle on another machine.
+# Python that setup.sh installed, to try the bundle on another machine; arguments go on to `minilin grade`
+# (e.g. --timeout 120 on a slow machine; Gradescope passes none).
 set -uo pipefail
 root="${AUTOGRADER_ROOT:-/autograder}"
 python="${AUTOGRADER_PYTHON:-$root/venv/bin/python}"
@@ -374,7 +375,7 @@ mkdir -p "$root/results"
 rm -f "$results"
 cp -R "$root/submission" "$work/submission"   # the student's files, as uploaded (loose files or a clone)
 cd "$root/source"                              # this bundle's minilin, next to rubric.toml
-"$python" -m minilin grade --folder "$work/submission" --rubric rubric.toml --gradescope-json "$results"
+"$python" -m minilin grade --folder "$work/submission" --rubric rubric.toml --gradescope-json "$results" "$@"
 status=$?
 if [ ! -s "$results" ]; then  # the grader stopped before writing: say so on Gradescope instead of a blank page
   printf '{"score": 0, "output": "The grader stopped (exit code %s) before writing results; the autograder output says why. Ask your teacher.", "visibility": "visible", "stdout_visibility": "hidden"}\\n' "$status" > "$results"
