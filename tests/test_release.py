@@ -52,8 +52,8 @@ TEACHER_WORDS = ("solutions/", ".ci/", "python -m minilin release", "--submissio
                  "--hidden-tests", "For teachers")
 
 
-# Both gradings below run with a long limit per chapter: the test compares formats and points, and a loaded test
-# machine (CI shares its CPUs with notebooks) once pushed chapter 4 past the 60 s default in one of the two runs.
+# Both gradings below run with a long limit per chapter: the test compares formats and points, which a loaded test
+# machine (CI shares its CPUs with notebooks) must not change by timing out a chapter in one of the two runs.
 SLOW_MACHINE = ("--timeout", "300")
 
 
