@@ -4,7 +4,8 @@ Implement each function, then grade yourself:  python -m minilin grade --chapter
 Shapes follow the course convention: q, k (B, H, N, Dk), v (B, H, N, Dv); the state S is (B, H, Dk, Dv), one
 Dk × Dv matrix per head, and a query reads it as o_t = S_tᵀ q_t / √Dk. Gates come as logarithms (log_alpha,
 log_gate <= 0): the state is multiplied by exp(·), a number in (0, 1].
-Do not call minilin here (minilin.gated is the reference the grader compares with; read it once you are done).
+Do not call minilin in this file's functions (minilin.gated is the reference the grader compares with; read it
+once you are done).
 
 Core: start with 9.5 (about 60 minutes: gates in a chunked recurrence, the chapter's core skill), then 9.3
 (about 45). Optional: 9.4 (a short warm-up, about 15 minutes) and the challenges 9.2 (about two hours) and 9.1
@@ -108,8 +109,7 @@ def repeated_write_error(initial_state, k, v, beta, log_alpha, t):
         number times the old readout plus a fixed vector. Turn that into a step for the error, unroll t steps
         into one power and one geometric sum, and look at the case where the number is exactly 1.
     Hint 3 (formula): in words, track the error e_t = v − S_tᵀk: one write takes it to a number ρ times e_t
-        plus a vector that is the same at every write. When |ρ| < 1 the error settles where a write leaves it
-        unchanged (e = ρ e + that vector); e_t is that settled error plus ρ^t times how far e_0 starts from it.
+        plus a vector that is the same at every write. When |ρ| < 1, find the fixed point of one write.
         Check the two ends you know: α = 1 gives the notebook's error, and β|k|² = 1 clears the error in one
         write whatever α is.
     """
