@@ -27,11 +27,11 @@ def convex_copy_map(sources, k):
 
     Hint 1 (nudge): the decode takes an argmax in each row, so multiplying a row by a positive number changes
         nothing. How close to the random map can you get if its rows may come back each scaled by its own factor?
-    Hint 2 (plan): find a map that decodes well and breaks the form only because some of its weights are
-        negative. Ask what making them non-negative does to every row of A F, and whether one of the k slots could
-        be spent on undoing that.
-    Hint 3 (formula): row j of A F is the sum over the k slots of A[j, s] F[s]. Write out what adding the same
-        c to every A[j, s] does to that row.
+    Hint 2 (plan): find a map that decodes well and breaks the form only because some of A's entries are
+        negative. Then look for a change to A that makes its rows non-negative and sum to one while leaving every
+        row's argmax in A F where it was.
+    Hint 3 (formula): row j of A F is the sum over the k slots of A[j, s] F[s]. What does a constant added to
+        every entry of a row of A do to that row of A F?
     """
     raise NotImplementedError("Task 8.1")
 
