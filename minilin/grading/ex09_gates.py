@@ -183,7 +183,7 @@ def repeated_writes(error):
     alpha2, shrink2 = torch.exp(la2), 1 - beta2 * c2
     settled = ((1 - alpha2) * shrink2 / (1 - alpha2 * shrink2))[..., None] * v2  # e = ρ e + (1 − α)(1 − βc) v, solved
     yield close(error(s2, k2, v2, beta2, la2, 10 ** 6), settled, atol=1e-10, rtol=1e-9,
-                what="t = 10^6: the settled error (1 − α)(1 − β|k|²) v / (1 − α(1 − β|k|²)), keys not unit length")
+                what="t = 10^6: the settled error (the fixed point of one write), keys not unit length")
     yield closed_form(captured(error(s0, k, v, beta, la, 4), "matmul_shapes"),
                       captured(error(s0, k, v, beta, la, 256), "matmul_shapes"), 4, 256)
 
