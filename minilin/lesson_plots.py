@@ -258,11 +258,11 @@ def plot_rank_two_ways(cut, trained, *, markers, chance, colour="tab:green", sup
         for s in markers:
             ax_k.plot(ks, [by_k[k][s] for k in ks], marker=markers[s], **style(i))
     styles = lambda labels: [Line2D([], [], marker="o", label=label, **style(i)) for i, label in enumerate(labels)]
-    seeds = [Line2D([], [], ls="", marker=m, color="gray", label=f"seed {s}") for s, m in markers.items()]
+    seeds = [Line2D([], [], ls="", marker=m, color=colour, label=f"seed {s}") for s, m in markers.items()]
     ax_c.legend(handles=styles(cut) + seeds, fontsize=8, loc="lower right")
     ax_k.legend(handles=styles(trained) + seeds, fontsize=8, loc="lower right")     # each panel reads alone
     for ax in (ax_c, ax_k):
-        ax.axhline(chance, color="gray", lw=0.8, ls=":")
+        ax.axhline(chance, color="black", lw=1.5, ls=":")
     ax_c.set(ylim=(0, 1.03), ylabel="copy accuracy (validation)", xticks=sorted(next(iter(cut.values())).index),
              xlabel="r: rank kept per head, cut after training (two heads: up to 2r)",
              title="cut: a copying map truncated to rank r per head")
