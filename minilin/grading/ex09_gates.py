@@ -1,14 +1,14 @@
 """Checks for exercises/ex09_gates.py (Tasks 9.1-9.5), against minilin.gated's token-by-token definition.
 
-All five are extend tasks, the chapter's idea on a case no notebook cell solves. Core: 9.5 (the chapter's core
-skill, gates in a chunked recurrence: notebook 09's chunked retention with a data-dependent scalar gate per token
-and head, cumulative log-gates inside each chunk, a ragged last chunk and an initial state) and 9.3 (the gated
-delta rule writing one key again and again: the error's closed form). Optional: 9.4 (a short warm-up: the
-context length where exact attention's KV cache passes a hybrid model's memory), and the challenges 9.1 (the
-gated delta rule's chunk form, where the notebook derives only the ungated one) and 9.2 (the chunked form for
-GLA's per-feature gates, where the notebook derives only a scalar decay). Every comparison is in float64 on O(1)
-values, so only round-off (well under the tolerance TOL = 1e-10 for the short sequences here) separates a
-correct answer from the reference.
+All five go beyond what notebook 09 builds: the chapter's idea on a case no notebook cell solves. Core: 9.5
+(the chapter's core skill, gates in a chunked recurrence: notebook 09's chunked retention with a data-dependent
+scalar gate per token and head, cumulative log-gates inside each chunk, a ragged last chunk and an initial state)
+and 9.3 (the gated delta rule writing one key again and again: the error's closed form). Optional: 9.4 (a short
+warm-up: the context length where exact attention's KV cache passes a hybrid model's memory), and the
+challenges 9.1 (the gated delta rule's chunk form, where the notebook derives only the ungated one) and 9.2 (the
+chunked form for GLA's per-feature gates, where the notebook derives only a scalar decay). Every comparison is
+in float64 on O(1) values, so only round-off (well under the tolerance TOL = 1e-10 for the short sequences here)
+separates a correct answer from the reference.
 """
 import torch
 import torch.nn.functional as F
