@@ -489,7 +489,7 @@ def test_release_grades_the_students_files_and_its_tests_pass(release):
     proc = minilin("grade", cwd=release)  # untouched stubs: every task fails, not implemented yet
     assert proc.returncode == 1, proc.stderr
     n = len(TASKS)
-    assert f"score: 0/{n} points (0%), 0/{n} tasks pass in exercises/" in proc.stdout
+    assert f"score: 0/{n} points (0%), 0/{n} tasks pass [exercises]" in proc.stdout
     assert proc.stdout.count("not implemented yet") >= len(TASKS)
     assert any(line.split()[:1] == ["1.1"] and "fail" in line.split() for line in proc.stdout.splitlines())
     shutil.copyfile(ROOT / "solutions" / "ex01_attention.py", release / "exercises" / "ex01_attention.py")

@@ -395,7 +395,7 @@ def test_partial_credit_is_shown_everywhere_a_learner_looks():
     assert report.chapter_lines(results) == [f"chapter 1: {n - 2} of {n} tasks, {2 * (n - 2) + 3} of {2 * n + 3} "
                                              "checks"]
     assert report.score_line(results, "x", points) == f"score: {n - 2 + 0.6:g}/{n} points " \
-        f"({100 * (n - 1.4) / n:.0f}%), {n - 2}/{n} tasks pass in x/"
+        f"({100 * (n - 1.4) / n:.0f}%), {n - 2}/{n} tasks pass [x]"
     feedback_text = report.feedback_markdown("ann", results, points, "no sandbox")
     assert "| 1.4 | attention | 0.6/1 | fail | 3/5 | failed checks 2, 4: 3 of 9 entries differ |" in feedback_text
     assert "3 of 5 checks; failed: check 2 (attention(..., causal=True)), 4 (hidden)." in feedback_text

@@ -55,8 +55,8 @@ def test_grade_command_scores_solutions_and_stubs(tmp_path):
     solved, stubs = grade("--impl", "solutions"), grade("--folder", str(tmp_path / "stubs"))
     n = sum(t.chapter == 1 for t in TASKS.values())
     assert solved.returncode == 0, solved.stderr
-    assert f"score: {n}/{n} points (100%), {n}/{n} tasks pass in solutions/" in solved.stdout
-    assert stubs.returncode == 1 and f"score: 0/{n} points (0%), 0/{n} tasks pass in stubs/" in stubs.stdout
+    assert f"score: {n}/{n} points (100%), {n}/{n} tasks pass [solutions]" in solved.stdout
+    assert stubs.returncode == 1 and f"score: 0/{n} points (0%), 0/{n} tasks pass [stubs]" in stubs.stdout
 
 
 def test_cli_help_lists_every_command():

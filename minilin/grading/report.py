@@ -171,12 +171,12 @@ def failure_details(results):
 
 
 def score_line(results, label, points=None):
-    """'score: 17.5/29 points (60%), 14/29 tasks pass in exercises/': points with partial credit."""
+    """'score: 17.5/29 points (60%), 14/29 tasks pass [exercises]': points with partial credit."""
     points = points or default_points()
     got, total = totals(results, points)
     done = sum(r.status == "pass" for r in results.values())
     return f"score: {fmt_points(got)}/{fmt_points(total)} points ({100.0 * got / total if total else 0:.0f}%), " \
-           f"{done}/{len(results)} tasks pass in {label}/"
+           f"{done}/{len(results)} tasks pass [{label}]"
 
 
 def chapter_lines(results):
