@@ -238,36 +238,40 @@ def plot_chunk_tiles(n=8, c=2):
     return fig
 
 
-def plot_rank_two_ways(cut, trained, *, markers, chance, colour="tab:green", suptitle=None):
-    """Notebook 08's rank-cut appendix in two panels; returns the Figure.
+def plot_rank_two_ways(cut, trained=None, *, markers, chance, colour="tab:green", suptitle=None):
+    """Notebook 08's rank-cut appendix: one panel, or two with `trained`; returns the Figure.
 
-    cut: {label: DataFrame (r x seed)}, a copying map cut to rank r per head; trained: {label: {k: {seed: acc}}},
-    models trained at k (one E, F shared by both heads); the two get separate x axes because rank r per head is not
-    rank k per layer. markers: {seed: marker}; one `colour` (the runs' learning rate); the first label of each dict
+    cut: {label: DataFrame (r x seed)}, a copying map cut to rank r per head; trained (optional): {label: {k: {seed:
+    acc}}}, models trained at k (one E, F shared by both heads); the two get separate x axes because rank r per head is
+    not rank k per layer. markers: {seed: marker}; one `colour` (the runs' learning rate); the first label of each dict
     is drawn with filled markers and solid lines, the second hollow and dashed (the longer runs, say).
     """
     from matplotlib.lines import Line2D
 
     style = lambda i: dict(color=colour, lw=0.8, mfc="none" if i else None, ls="--" if i else "-")
-    fig, (ax_c, ax_k) = plt.subplots(1, 2, figsize=(11, 4.2), layout="constrained", sharey=True)
+    fig, axes = plt.subplots(1, 2 if trained else 1, figsize=(11 if trained else 6.5, 4.2), layout="constrained",
+                             sharey=True, squeeze=False)
+    ax_c = axes[0, 0]
     for i, table in enumerate(cut.values()):
         for s in table.columns:
             ax_c.plot(table.index, table[s], marker=markers[s], **style(i))
-    for i, by_k in enumerate(trained.values()):
-        ks = sorted(by_k)
-        for s in markers:
-            ax_k.plot(ks, [by_k[k][s] for k in ks], marker=markers[s], **style(i))
     styles = lambda labels: [Line2D([], [], marker="o", label=label, **style(i)) for i, label in enumerate(labels)]
     seeds = [Line2D([], [], ls="", marker=m, color=colour, label=f"seed {s}") for s, m in markers.items()]
     ax_c.legend(handles=styles(cut) + seeds, fontsize=8, loc="lower right")
-    ax_k.legend(handles=styles(trained) + seeds, fontsize=8, loc="lower right")     # each panel reads alone
-    for ax in (ax_c, ax_k):
-        ax.axhline(chance, color="black", lw=1.5, ls=":")
     ax_c.set(ylim=(0, 1.03), ylabel="copy accuracy (validation)", xticks=sorted(next(iter(cut.values())).index),
              xlabel="r: rank kept per head, cut after training (two heads: up to 2r)",
              title="cut: a copying map truncated to rank r per head")
-    ax_k.set(xlabel="k: rows of the one E, F both heads share (rank k per layer)",
-             xticks=sorted(next(iter(trained.values()))), title="trained: a model with E, F of k rows")
+    ax_c.axhline(chance, color="black", lw=1.5, ls=":")
+    if trained:
+        ax_k = axes[0, 1]
+        for i, by_k in enumerate(trained.values()):
+            ks = sorted(by_k)
+            for s in markers:
+                ax_k.plot(ks, [by_k[k][s] for k in ks], marker=markers[s], **style(i))
+        ax_k.legend(handles=styles(trained) + seeds, fontsize=8, loc="lower right")     # each panel reads alone
+        ax_k.axhline(chance, color="black", lw=1.5, ls=":")
+        ax_k.set(xlabel="k: rows of the one E, F both heads share (rank k per layer)",
+                 xticks=sorted(next(iter(trained.values()))), title="trained: a model with E, F of k rows")
     if suptitle:
         fig.suptitle(suptitle)
     return fig

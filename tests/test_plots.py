@@ -280,6 +280,8 @@ def test_plot_rank_two_ways_keeps_per_head_and_per_layer_apart():
     for ax in (ax_c, ax_k):                                                          # every legend entry shows a marker
         handles = ax.get_legend().legend_handles
         assert handles and all(h.get_marker() not in (None, "", "None") for h in handles)
+    alone = lesson_plots.plot_rank_two_ways(cut, markers=markers, chance=1 / 16)                  # the cut panel alone
+    assert len(alone.axes) == 1 and "per head" in alone.axes[0].get_xlabel()
     matplotlib.pyplot.close("all")
 
 
