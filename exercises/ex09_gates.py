@@ -61,7 +61,7 @@ def chunked_gla(q, k, v, log_gate, chunk_size, initial_state=None):
     The recurrence is S_t = diag(exp g_t) S_{t-1} + k_t v_tᵀ, o_t = S_tᵀ q_t / √Dk: each row d of the state (key
     feature d) has its own gate. Compute it chunk by chunk: inside a chunk a masked (c × c) matrix and a product
     with the chunk's values, plus what the carried state contributes; between chunks, one update of the state.
-    Extends notebook 09, section 2 ("Why chunks"), which derives the chunked form for one scalar decay per head
+    Extends notebook 09, section 2 ("Why chunks"), which gives the chunked form for one scalar decay per head
     (retention) only: here the decay between tokens j and i differs from feature to feature, so it can no longer
     be pulled out of the product q_i · k_j. Checked against the token-by-token definition for chunk sizes 1, 3,
     4, 10 and 16 with N = 10, with an initial state and Dk != Dv, with gates wide open (log_gate = 0), and with

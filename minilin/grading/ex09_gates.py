@@ -6,7 +6,7 @@ scalar gate per token and head, cumulative log-gates inside each chunk, a ragged
 and 9.3 (the gated delta rule writing one key again and again: the error's closed form). Optional: 9.4 (a short
 warm-up: the context length where exact attention's KV cache passes a hybrid model's memory), and the
 challenges 9.1 (the gated delta rule's chunk form, where the notebook derives only the ungated one) and 9.2 (the
-chunked form for GLA's per-feature gates, where the notebook derives only a scalar decay). Every comparison is
+chunked form for GLA's per-feature gates, where the notebook gives only a scalar decay). Every comparison is
 in float64 on O(1) values, so only round-off (well under the tolerance TOL = 1e-10 for the short sequences here)
 separates a correct answer from the reference.
 """
