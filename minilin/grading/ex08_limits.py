@@ -1,5 +1,5 @@
-"""Checks for exercises/ex08_limits.py (Task 8.1, and Task 8.3, optional), both extend tasks: the
-chapter's idea on a case no notebook cell solves.
+"""Checks for exercises/ex08_limits.py (Task 8.1, and Task 8.3, optional): both apply the chapter's idea to a
+case no notebook cell solves.
 
 Task 8.1 builds a rank-k map of Linformer's form, A F with A's rows non-negative and summing to one, that copies a
 permuted span: the grader decodes it as notebook 08's section 4 does, on letters it draws, and compares it with
