@@ -275,3 +275,18 @@ def test_width_k16_reads_the_committed_head_width_runs():
     assert list(width) == [8, 16, 32] and all(sorted(a) == [0, 1, 2] for a in width.values())
     assert width[32] == {s: a[-1] for s, (_, a) in limits.long_k16()[0][1e-2].items()}
     assert max(width[8].values()) < min(width[32].values())            # the notebook's "narrower heads end lower"
+
+
+def test_run_on_the_cpu_trains_in_one_thread_and_restores_the_count(monkeypatch):
+    # the precomputed runs were made in one thread; with more, notebook 08's lr 0.01 run ends elsewhere
+    seen = []
+    monkeypatch.setattr(limits, "_run", lambda *a, **k: seen.append(torch.get_num_threads()) or "history")
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        assert limits.run(None, None, None, lr=0.01, device="cpu") == "history"
+        assert seen == [1] and torch.get_num_threads() == 2
+        limits.run(None, None, None, lr=0.01, device="meta")            # not the CPU: threads left as they are
+        assert seen == [1, 2]
+    finally:
+        torch.set_num_threads(before)
