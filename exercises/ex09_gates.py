@@ -153,7 +153,8 @@ def chunked_gated_retention(q, k, v, log_alpha, chunk_size, initial_state=None):
     ->  (o (B, H, N, Dv), final state (B, H, Dk, Dv))
     The recurrence is S_t = α_t S_{t-1} + k_t v_tᵀ, α_t = exp(log_alpha_t), o_t = S_tᵀ q_t, with no 1/√Dk (as
     notebook 09's chunked_retention; minilin.gated.recurrent_reference(q, k, v, log_decay=log_alpha, scale=1.0)).
-    The gate is the one Mamba-2 and Gated DeltaNet use: one number per head, but chosen by each token.
+    The gate is the one Mamba-2 (Dao and Gu 2024, arXiv 2405.21060) and Gated DeltaNet use: one number per head,
+    but chosen by each token.
     Extends notebook 09, section 2 ("Why chunks"), whose chunked_retention has one constant decay γ per head and
     whole chunks only: here every token brings its own decay, the last chunk may be shorter, and a state may be
     handed in. Checked against the token-by-token definition for chunk sizes 1, 3, 4, 10 and 16 with N = 10, with
