@@ -1,10 +1,7 @@
-"""Notebook 08's copy and notebook 09's recall experiments, defined once: the probes, the contenders, their
-learning-rate grids, one run.
+"""Notebook 08's copy experiments and a small-state recall grid, defined once: probes, contenders, rate grids, a run.
 
-Used by notebooks 08 and 09 (their live runs and tables) and by `tests/limits_runs.py`, which trains every grid point
-on three seeds and writes the committed grids `results/reference/limits_copy.csv` and `limits_recall*.csv`. Both
-call `run`, so a live run and a committed row of the same (contender, lr, ef_lr_scale, seed) are the same
-computation.
+Notebook 08 and `tests/limits_runs.py` (which writes `results/reference/limits_copy.csv` and `limits_recall*.csv`,
+three seeds a grid point) both call `run`, so a live run and a committed row are the same computation.
 
 Contenders share one small TinyLM (one pre-norm block, width 64, two heads, rotary positions, bidirectional) and
 differ only in their attention. "selection" initialises Linformer's E = F to the first k positions (plus a little
@@ -97,9 +94,8 @@ def sweep_contenders(k=SWEEP["proj_len"], lr=SWEEP["lr"]):
 
 
 def edge_points():
-    """One more learning rate beyond the edge of the copy grid, where a best point sat on it: 1e-3 for the fan_in
-    Linformers (best at 3e-3, the grid's lower end), 3e-2 for the selection start at k = 32 and Performer m = 256
-    (best at 1e-2, its upper end)."""
+    """A rate beyond the copy grid's edge where a best point sat on it: 1e-3 for the fan_in Linformers (best at 3e-3,
+    the lower end), 3e-2 for the selection start at k = 32 and Performer m = 256 (best at 1e-2, the upper end)."""
     by_name = {c.name: c for c in copy_contenders()}
     out = [replace(by_name[f"Linformer k={k}"], grid=((1e-3, 1.0),)) for k in (16, 32, 48, 64)]
     out += [replace(by_name[name], grid=((3e-2, 1.0),)) for name in ("Linformer k=32, selection init", "Performer m=256")]
@@ -182,23 +178,7 @@ def config(contender, *, n, batch, steps, eval_every, lr, ef_lr_scale=1.0, seed=
 
 
 def run(contender, task, sizes, *, lr, ef_lr_scale=1.0, seed=0, device="cpu"):
-    """Train one grid point; returns minilin.train's History (History.model is the trained model).
-
-    On the CPU it trains in one thread, as the precomputed runs were made: with more threads the float sums
-    run in another order, and at lr 0.01 a 1200-step run ends elsewhere (seed 0 of notebook 08: 0.99 on one
-    thread, 0.94 on two).
-    """
-    if str(device) == "cpu":
-        threads = torch.get_num_threads()
-        torch.set_num_threads(1)
-        try:
-            return _run(contender, task, sizes, lr=lr, ef_lr_scale=ef_lr_scale, seed=seed, device=device)
-        finally:
-            torch.set_num_threads(threads)
-    return _run(contender, task, sizes, lr=lr, ef_lr_scale=ef_lr_scale, seed=seed, device=device)
-
-
-def _run(contender, task, sizes, *, lr, ef_lr_scale, seed, device):
+    """Train one grid point; returns minilin.train's History (History.model is the trained model)."""
     cfg = config(contender, n=task.seq_len, batch=sizes["batch"], steps=sizes["steps"],
                  eval_every=sizes["eval_every"], lr=lr, ef_lr_scale=ef_lr_scale, seed=seed, device=device)
     model = None
@@ -217,7 +197,12 @@ def _run(contender, task, sizes, *, lr, ef_lr_scale, seed, device):
         raise ValueError(f"unknown mix {contender.mix!r}: 'scores' or 'uniform'")
     start = [p.detach().clone() for block in (model.blocks if model is not None else [])
              for p in (getattr(block.attn, "E", None), getattr(block.attn, "F", None)) if isinstance(p, torch.nn.Parameter)]
-    history = train(replace(cfg), data=task, model=model, progress=False)
+    threads = torch.get_num_threads()  # the grids were trained in one thread; more threads sum in another order, and
+    torch.set_num_threads(1 if str(device) == "cpu" else threads)  # 08's lr 0.01 run ends at 0.94 on two, not 0.99
+    try:
+        history = train(replace(cfg), data=task, model=model, progress=False)
+    finally:
+        torch.set_num_threads(threads)
     history.ef_start = start       # E, F at step 0 of a selection start (for ef_drift); [] otherwise
     return history
 
@@ -299,9 +284,8 @@ def model_map(model, x):
 
 
 def map_decode(model, x, span):
-    """Notebook 08's argmax decode of a one-block model's own map on inputs x (B, n) of a copy of `span` letters:
-    each head's answer rows of its map times the span's one-hot tokens, each slot read as its largest entry.
-    Returns [head 0, head 1, ..., heads summed]: the share of slots whose argmax is their source's token."""
+    """Notebook 08's argmax decode of a one-block model's own map on copy inputs x (B, n): each head's answer rows
+    times the span's one-hot tokens; returns [head 0, head 1, ..., heads summed], the share of slots read right."""
     letters = x[:, :span].cpu()
     one_hot = torch.nn.functional.one_hot(letters, int(letters.max()) + 1)[:, None].double()   # (B, 1, S, V)
     mixed = model_map(model, x)[:, :, -span:, :span] @ one_hot                                 # (B, H, S, V)

@@ -278,15 +278,21 @@ def test_width_k16_reads_the_committed_head_width_runs():
 
 
 def test_run_on_the_cpu_trains_in_one_thread_and_restores_the_count(monkeypatch):
-    # the precomputed runs were made in one thread; with more, notebook 08's lr 0.01 run ends elsewhere
+    # the committed grids were trained in one thread; with more, notebook 08's lr 0.01 run ends elsewhere
     seen = []
-    monkeypatch.setattr(limits, "_run", lambda *a, **k: seen.append(torch.get_num_threads()) or "history")
-    before = torch.get_num_threads()
+
+    def fake_train(cfg, **kwargs):
+        seen.append(torch.get_num_threads())
+        raise KeyboardInterrupt   # an interrupted run must leave the thread count as it was
+
+    monkeypatch.setattr(limits, "train", fake_train)
+    task, before = limits.copy_task(), torch.get_num_threads()
+    contender = limits.copy_contenders()[0]
     torch.set_num_threads(2)
     try:
-        assert limits.run(None, None, None, lr=0.01, device="cpu") == "history"
-        assert seen == [1] and torch.get_num_threads() == 2
-        limits.run(None, None, None, lr=0.01, device="meta")            # not the CPU: threads left as they are
-        assert seen == [1, 2]
+        for device, threads in (("cpu", 1), ("meta", 2)):
+            with pytest.raises(KeyboardInterrupt):
+                limits.run(contender, task, limits.COPY, lr=0.01, device=device)
+            assert seen[-1] == threads and torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(before)
