@@ -4,6 +4,7 @@
     python tests/limits_copy_long.py --steps 1200 --seeds 0 1 2 --ks 16 32 64
     python tests/limits_copy_long.py --ks 16 --lr 0.01 --decode --out results/reference/limits_copy_long_lr1e-2.csv
     python tests/limits_copy_long.py --ks 16 --lr 0.01 --dim-head 8 --out /tmp/dh8.csv   # narrower heads
+    python tests/limits_copy_long.py --ks 16 --alphabet 52 --out results/reference/limits_copy_alphabet52.csv
 
 Notebook 08 trains Linformers from the selection start at k = 16, 32, 64 for 400 steps (limits_copy_fixes.csv) and
 sets them (controls appendix) beside the trained k = 64 model with its map cut per head to rank r. At 400 steps the k = 16 and 32 curves
@@ -13,6 +14,8 @@ trained model below k = S also gets section 5's argmax decode of its own map (`l
 generator seed 7): rows with measure decode_head0, decode_head1 and decode_sum (the two heads summed).
 With --dim-head d, every head has d dimensions instead of MODEL's 32 (so d_v = d), and the model's name ends ", d_h=d":
 notebook 08's width check (limits_copy_width.csv), where all a rank-k head passes on is the k x d_v numbers of F V.
+With --alphabet A, the span's letters are drawn from A letters instead of 16 and the model's name ends ", alphabet=A":
+notebook 08's controls appendix (limits_copy_alphabet52.csv), a copy whose letters outnumber k.
 Same columns as tests/limits_runs.py; the file opens with `# key: value` lines: command, machine, date, sizes, and
 each run's wall time is in `train_s`. Read with pandas.read_csv(comment="#").
 """
@@ -34,6 +37,7 @@ import torch  # noqa: E402
 
 from limits_runs import append, write_header  # noqa: E402
 from minilin import limits  # noqa: E402
+from minilin.data import SpanCopy  # noqa: E402
 from minilin.train.compare import machine_line  # noqa: E402
 
 RANKS = (16, 32, 63)       # per-head rank cuts of the longer k = 64 model
@@ -48,16 +52,22 @@ def main(argv=None):
     p.add_argument("--lr", type=float, default=None, help="default: the sweep's rate, limits.SWEEP['lr']")
     p.add_argument("--decode", action="store_true", help="add the argmax decode of each k < S model's own map")
     p.add_argument("--dim-head", type=int, default=None, help="heads of this many dimensions (default: MODEL's 32)")
+    p.add_argument("--alphabet", type=int, default=None, help="letters in the span (default: COPY's 16)")
     p.add_argument("--out", type=Path, default=ROOT / "results" / "reference" / "limits_copy_long.csv")
     args = p.parse_args(argv)
     torch.set_num_threads(1)
     task, lr = limits.copy_task(), (limits.SWEEP["lr"] if args.lr is None else args.lr)
     sizes = {**limits.COPY, "steps": args.steps, "eval_every": 100}
+    if args.alphabet is not None:
+        task = SpanCopy(seq_len=task.seq_len, span_len=task.span_len, alphabet=args.alphabet)
+        sizes["alphabet"] = args.alphabet
     by_name = {c.name: c for c in (*limits.copy_contenders(ks=(), selection_ks=(32, 64)), *limits.sweep_contenders())}
     todo = [(by_name[f"Linformer k={k}, selection init"], seed) for seed in args.seeds for k in args.ks]
     if args.dim_head is not None:
         todo = [(replace(c, name=f"{c.name}, d_h={args.dim_head}", shape=(*c.shape, ("dim_head", args.dim_head))), seed)
                 for c, seed in todo]
+    if args.alphabet is not None:
+        todo = [(replace(c, name=f"{c.name}, alphabet={args.alphabet}"), seed) for c, seed in todo]
     write_header(args.out, [f"command: python tests/limits_copy_long.py {' '.join(shlex.quote(a) for a in argv)}",
                             f"machine: {machine_line()}", f"date: {time.strftime('%Y-%m-%d %H:%M:%S %z')}",
                             f"sizes: {sizes}; model {limits.MODEL}; lr {lr}; seeds {tuple(args.seeds)}; "

@@ -210,6 +210,17 @@ def test_committed_k16_runs_at_lr_1e2_cover_three_seeds_and_say_how_they_were_ma
     assert dec.loc[0, "decode_sum"] < float(last[last.seed == 0].val_acc.iloc[0]) - 0.3
 
 
+def test_committed_alphabet52_runs_cover_three_seeds_and_say_how_they_were_made():
+    """limits_copy_alphabet52.csv (notebook 08, controls appendix): k = 16 from the selection start, 52 letters
+    instead of 16, lr 0.003, 1200 steps, seeds 0, 1, 2, each above the routed-slot score for 52 letters."""
+    text = (ROOT / "results" / "reference" / "limits_copy_alphabet52.csv").read_text()
+    assert "command: python tests/limits_copy_long.py --ks 16 --alphabet 52" in text and "'alphabet': 52" in text
+    g = limits.read_grid("limits_copy_alphabet52.csv")
+    last = g[(g.measure == "val_acc") & (g.step == 1200)]
+    assert set(last.model) == {"Linformer k=16, selection init, alphabet=52"} and sorted(last.seed) == [0, 1, 2]
+    assert set(g.lr) == {limits.SWEEP["lr"]} and all(last.val_acc > 16 / 63 + 47 / 63 / 52 + 0.3)
+
+
 def test_answer_rows_first_occurrence_copies_and_int_cuts_to_rank_r():
     """'first': each answer slot reads its value's first occurrence in the span (rank <= distinct letters), so the
     answer rows of the output are the sources' values; an int r: those rows of the map cut to their best rank-r."""
