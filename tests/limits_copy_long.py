@@ -1,8 +1,8 @@
 """Train notebook 08's section-2 Linformers longer; write results/reference/limits_copy_long.csv.
 
-    python tests/limits_copy_long.py                         # k = 16, 32, 64, selection start, lr 3e-3, 1200 steps
+    python tests/limits_copy_long.py --probe                 # k = 16, 32, 64, selection start, lr 3e-3, 1200 steps
     python tests/limits_copy_long.py --steps 1200 --seeds 0 1 2 --ks 16 32 64
-    python tests/limits_copy_long.py --ks 16 --lr 0.01 --decode --out results/reference/limits_copy_long_lr1e-2.csv
+    python tests/limits_copy_long.py --ks 16 --lr 0.01 --decode --probe --out results/reference/limits_copy_long_lr1e-2.csv
     python tests/limits_copy_long.py --ks 16 --lr 0.01 --dim-head 8 --out /tmp/dh8.csv   # narrower heads
     python tests/limits_copy_long.py --ks 16 --alphabet 52 --out results/reference/limits_copy_alphabet52.csv
 
@@ -12,6 +12,9 @@ are still rising, so this script trains the same runs (`minilin.limits.run`, the
 only `steps` changed) for longer, and cuts the longer k = 64 model's map per head to rank r too. With --decode, each
 trained model below k = S also gets section 5's argmax decode of its own map (`limits.map_decode`, 32 validation inputs,
 generator seed 7): rows with measure decode_head0, decode_head1 and decode_sum (the two heads summed).
+With --probe, each trained model below k = S is also scored (`limits.score`) with its layer's A = softmax(q (EK)^T) or
+F V taken from another input of the batch (probe_A_other, probe_FV_other), A replaced by its batch mean (probe_A_mean),
+and F's columns outside the span or inside it set to 0 (probe_F_span_only, probe_F_rest_only): notebook 08, section 5.
 With --dim-head d, every head has d dimensions instead of MODEL's 32 (so d_v = d), and the model's name ends ", d_h=d":
 notebook 08's width check (limits_copy_width.csv), where all a rank-k head passes on is the k x d_v numbers of F V.
 With --alphabet A, the span's letters are drawn from A letters instead of 16 and the model's name ends ", alphabet=A":
@@ -37,10 +40,30 @@ import torch  # noqa: E402
 
 from limits_runs import append, write_header  # noqa: E402
 from minilin import limits  # noqa: E402
+from minilin.attention import attention_matrix  # noqa: E402
 from minilin.data import SpanCopy  # noqa: E402
 from minilin.train.compare import machine_line  # noqa: E402
 
 RANKS = (16, 32, 63)       # per-head rank cuts of the longer k = 64 model
+
+
+def probes(model, span):
+    """{measure: mixing step} for section 5's probes of a trained one-block Linformer: A or F V from another input of
+    the batch, A its batch mean, F's columns outside (inside) the span set to 0."""
+    attn = model.blocks[0].attn
+    other = lambda t: t.roll(1, 0)
+
+    def mixer(change_a=lambda a: a, change_fv=lambda fv: fv, keep=None):
+        def mix(q, k, v, *, mask=None, causal=False):
+            E, F = attn.projections(k.shape[-2])                       # (k, n) each
+            if keep is not None:
+                F = F * (keep == (torch.arange(F.shape[-1], device=F.device) < span))
+            return change_a(attention_matrix(q, E @ k)) @ change_fv(F @ v)
+        return mix
+
+    return {"probe_A_other": mixer(change_a=other), "probe_FV_other": mixer(change_fv=other),
+            "probe_A_mean": mixer(change_a=lambda a: a.mean(0, keepdim=True).expand_as(a)),
+            "probe_F_span_only": mixer(keep=True), "probe_F_rest_only": mixer(keep=False)}
 
 
 def main(argv=None):
@@ -51,6 +74,7 @@ def main(argv=None):
     p.add_argument("--ks", type=int, nargs="+", default=[16, 32, 64])
     p.add_argument("--lr", type=float, default=None, help="default: the sweep's rate, limits.SWEEP['lr']")
     p.add_argument("--decode", action="store_true", help="add the argmax decode of each k < S model's own map")
+    p.add_argument("--probe", action="store_true", help="add section 5's probes of each k < S model")
     p.add_argument("--dim-head", type=int, default=None, help="heads of this many dimensions (default: MODEL's 32)")
     p.add_argument("--alphabet", type=int, default=None, help="letters in the span (default: COPY's 16)")
     p.add_argument("--out", type=Path, default=ROOT / "results" / "reference" / "limits_copy_long.csv")
@@ -87,6 +111,9 @@ def main(argv=None):
             decoded = limits.map_decode(h.model, x, task.span_len)
             rows += [{**rows[-1], "measure": f"decode_{m}", "val_acc": round(d, 4)}
                      for m, d in zip(("head0", "head1", "sum"), decoded)]
+        if args.probe and c.proj_len < task.span_len:
+            rows += [{**rows[-1], "measure": m, "val_acc": round(limits.score(h.model, task, mix=mix), 4)}
+                     for m, mix in probes(h.model, task.span_len).items()]
         append(args.out, rows)
         print(f"{c.name:34s} seed {seed}: acc {h.val_acc[-1]:.3f} ({time.perf_counter() - t0:.0f} s)", flush=True)
 

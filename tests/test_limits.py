@@ -183,7 +183,7 @@ def test_committed_long_copy_runs_cover_every_k_and_seed_and_say_how_they_were_m
     steps its header states, and the k = 64 model's per-head rank cuts."""
     path = ROOT / "results" / "reference" / "limits_copy_long.csv"
     text = path.read_text()
-    assert "command: python tests/limits_copy_long.py" in text and "machine:" in text and "'steps': 1200" in text
+    assert "command: python tests/limits_copy_long.py --probe" in text and "machine:" in text and "'steps': 1200" in text
     g = limits.read_grid("limits_copy_long.csv")
     last = g[(g.measure == "val_acc") & (g.step == 1200)]
     assert {(m, s) for m, s in zip(last.model, last.seed)} == {
@@ -208,6 +208,18 @@ def test_committed_k16_runs_at_lr_1e2_cover_three_seeds_and_say_how_they_were_ma
     dec = g[g.measure.str.startswith("decode")].pivot(index="seed", columns="measure", values="val_acc")
     assert list(dec.index) == [0, 1, 2] and list(dec.columns) == ["decode_head0", "decode_head1", "decode_sum"]
     assert dec.loc[0, "decode_sum"] < float(last[last.seed == 0].val_acc.iloc[0]) - 0.3
+
+
+def test_committed_k16_runs_carry_section_5_probes_for_both_rates():
+    """Both 1200-step files carry, for each k = 16 run, its accuracy with A or F V from another input, A its batch
+    mean, and only F's span (other) columns kept (tests/limits_copy_long.py --probe): notebook 08's section 5 table."""
+    probes = {"probe_A_other", "probe_FV_other", "probe_A_mean", "probe_F_span_only", "probe_F_rest_only"}
+    for name in ("limits_copy_long.csv", "limits_copy_long_lr1e-2.csv"):
+        assert "--probe" in (ROOT / "results" / "reference" / name).read_text().splitlines()[0]
+        g = limits.read_grid(name)
+        g = g[(g.model == "Linformer k=16, selection init") & g.measure.str.startswith("probe_")]
+        assert set(g.measure) == probes and sorted(set(g.seed)) == [0, 1, 2] and len(g) == 15 and set(g.step) == {1200}
+        assert g.val_acc.between(0, 1).all()
 
 
 def test_committed_alphabet52_runs_cover_three_seeds_and_say_how_they_were_made():
