@@ -3,13 +3,13 @@
 Implement each function, then grade yourself:  python -m minilin grade --chapter 8
 Shapes follow the course convention: values v (B, H, M, Dv); a map over positions is (rows, positions).
 Only minilin.attention.softmax_attention may be called here (not minilin.lowrank, nor minilin.linformer).
-Task 8.1 is the core task; Task 8.3 is optional. No notebook cell solves either.
+Task 8.1 is the core task; Task 8.2 is optional. No notebook cell solves either.
 
 Each task has three hints, from a nudge to the formula. Read one, try, and read the next only if you are stuck.
 """
 import torch
 
-from minilin.attention import softmax_attention  # allowed here (Task 8.3 may build its copy with it)
+from minilin.attention import softmax_attention  # allowed here (Task 8.2 may build its copy with it)
 
 
 def convex_copy_map(sources, k):
@@ -37,7 +37,7 @@ def convex_copy_map(sources, k):
 
 
 def copy_sharpness(v, positions, tol):
-    """Task 8.3 (optional): how sharp must a copying Linformer's scores be?
+    """Task 8.2 (optional): how sharp must a copying Linformer's scores be?
 
     v: (B, H, M, Dv), positions: a list of `slots` distinct ints in 0..M-1, tol: a float > 0  ->  a Python float
     A Linformer copies chosen positions when E = F select them (row j of E holds a 1 at position positions[j]) and
@@ -58,4 +58,4 @@ def copy_sharpness(v, positions, tol):
         weight one over (e to the s, plus slots minus one); since a row's weights sum to one, its error is a
         weighted sum of differences between chosen values.
     """
-    raise NotImplementedError("Task 8.3")
+    raise NotImplementedError("Task 8.2")

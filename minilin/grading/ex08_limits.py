@@ -1,9 +1,9 @@
-"""Checks for exercises/ex08_limits.py (Task 8.1, and Task 8.3, optional): both apply the chapter's idea to a
+"""Checks for exercises/ex08_limits.py (Task 8.1, and Task 8.2, optional): both apply the chapter's idea to a
 case no notebook cell solves.
 
 Task 8.1 builds a rank-k map of Linformer's form, A F with A's rows non-negative and summing to one, that copies a
 permuted span: the grader decodes it as notebook 08's section 4 does, on letters it draws, and compares it with
-block averaging (the one map of that section with this form) on the same letters. 8.3 asks how sharp the scores
+block averaging (the one map of that section with this form) on the same letters. 8.2 asks how sharp the scores
 of a Linformer whose E = F select chosen positions must be to copy them to a tolerance.
 """
 import math
@@ -90,7 +90,7 @@ def sharpness_by_bisection(v, positions, tol):
     return high
 
 
-@CHAPTER.task("8.3", "copy_sharpness", extend=True)
+@CHAPTER.task("8.2", "copy_sharpness", extend=True)
 def copy_sharpness(f):
     """how sharp a Linformer's scores must be to copy chosen positions to a tolerance"""
     cases = (((2, 3, 9, 4), [5, 1, 7], 1e-3, "3 slots of 9, tol 1e-3"),

@@ -148,27 +148,27 @@ MUTANTS = {
                      "    return torch.full((63, 16), 1 / 16, dtype=torch.float64), torch.zeros(16, 63, dtype=torch.float64)\n"),
     # 8.1: the right map with NaN weights in its last row
     "8.1 NaN": _convex(normalise="torch.cat([A[:-1], A[-1:] * float('nan')]) / A.sum(1, keepdim=True)"),
-    # 8.3: the own slot's weight at least 1 - tol, whatever the values (the error is a weight times a spread)
-    "8.3 own weight": ("copy_sharpness", "import math\n"
+    # 8.2: the own slot's weight at least 1 - tol, whatever the values (the error is a weight times a spread)
+    "8.2 own weight": ("copy_sharpness", "import math\n"
                  "def copy_sharpness(v, positions, tol):\n"
                  "    n = len(positions)\n"
                  "    return max(0.0, math.log((n - 1) * (1 - tol) / tol))\n"),
-    # 8.3: each other slot's weight taken as e^-s, as if the own slot's weight were 1
-    "8.3 no crowd": ("copy_sharpness", "import math\n"
+    # 8.2: each other slot's weight taken as e^-s, as if the own slot's weight were 1
+    "8.2 no crowd": ("copy_sharpness", "import math\n"
                  "def copy_sharpness(v, positions, tol):\n"
                  "    c = v[..., list(positions), :]\n"
                  "    n = c.shape[-2]\n"
                  "    spread = float((c.sum(-2, keepdim=True) - n * c).abs().max())\n"
                  "    return max(0.0, math.log(spread / tol))\n"),
-    # 8.3: the mean error over the entries, not the largest, within tol
-    "8.3 mean error": ("copy_sharpness", "import math\n"
+    # 8.2: the mean error over the entries, not the largest, within tol
+    "8.2 mean error": ("copy_sharpness", "import math\n"
                  "def copy_sharpness(v, positions, tol):\n"
                  "    c = v[..., list(positions), :]\n"
                  "    n = c.shape[-2]\n"
                  "    spread = float((c.sum(-2, keepdim=True) - n * c).abs().mean())\n"
                  "    return math.log(spread / tol - n + 1) if spread / tol > n else 0.0\n"),
-    # 8.3: the formula without its floor at 0: a negative s (or a log of a negative) where s = 0 already copies
-    "8.3 no floor": ("copy_sharpness", "import math\n"
+    # 8.2: the formula without its floor at 0: a negative s (or a log of a negative) where s = 0 already copies
+    "8.2 no floor": ("copy_sharpness", "import math\n"
                  "def copy_sharpness(v, positions, tol):\n"
                  "    c = v[..., list(positions), :]\n"
                  "    n = c.shape[-2]\n"
